@@ -1,0 +1,105 @@
+"""The composition root: builds workers -> model -> HTTP on one AsyncExitStack and unwinds in reverse.
+
+Shutdown order (reverse of construction): stop accepting HTTP and let in-flight requests finish (bounded by
+``shutdown_grace_s``), then cancel and await background tasks (health checks, Aborts), then close worker
+channels and the CPU pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+
+from aiohttp import web
+
+from node.config import NodeConfig
+from node.http.server import build_app
+from node.pipeline.cpu import CpuPool
+from node.pipeline.served_model import ServedModel, load_served_model
+from node.routing.round_robin import RoundRobin
+from node.tasks import Supervisor
+from node.workers.client import WorkerClient
+from node.workers.pool import WorkerPool
+from node.workers.vllm_grpc import VllmGrpcClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningNode:
+    url: str
+    port: int
+    model: ServedModel
+    pool: WorkerPool
+
+
+def _bound_port(site: web.TCPSite) -> int:
+    server = site._server  # aiohttp exposes the bound port only through the server's sockets
+    assert isinstance(server, asyncio.base_events.Server)
+    sock: socket.socket = server.sockets[0]
+    return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def run_node(
+    config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] = VllmGrpcClient
+) -> AsyncIterator[RunningNode]:
+    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
+    if not config.workers.workers:
+        raise ValueError("at least one worker is required (--worker grpc://host:port)")
+    async with contextlib.AsyncExitStack() as stack:
+        supervisor = Supervisor()
+        pool = WorkerPool(
+            config.workers, client_factory=client_factory, policy=RoundRobin(), supervisor=supervisor
+        )
+        stack.push_async_callback(pool.close)
+        cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
+        stack.callback(cpu.close)
+        await stack.enter_async_context(supervisor)
+        pool.start()
+
+        loading = asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: load_served_model(
+                config.model.model_path,
+                served_name=config.model.served_model_name,
+                chat_template_file=config.model.chat_template,
+            ),
+        )
+        info = None
+        if not config.model.served_model_name:
+            info = await pool.wait_model_info(config.workers.startup_wait_s)
+            if info is None:
+                log.warning("no worker answered GetModelInfo; serving the model under its folder name")
+        model = await loading
+        if info is not None and info.served_model_name and info.served_model_name != model.name:
+            model = _renamed(model, info.served_model_name)
+        if info is not None and 0 < info.max_context_length < model.max_context_length:
+            model = _with_context(model, info.max_context_length)
+
+        app = build_app(model=model, pool=pool, cpu=cpu, max_body_bytes=config.http.max_body_bytes)
+        runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024)
+        await site.start()
+        port = _bound_port(site)
+        host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
+        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool)
+        log.info("serving model %r on %s with %d worker(s)", model.name, node.url, len(pool.workers))
+        yield node
+
+
+def _renamed(model: ServedModel, name: str) -> ServedModel:
+    return replace(model, name=name, aliases=(model.aliases | {model.name}) - {name})
+
+
+def _with_context(model: ServedModel, length: int) -> ServedModel:
+    return replace(model, max_context_length=length)

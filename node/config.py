@@ -1,0 +1,110 @@
+"""The gateway node's component configs. Every default is defined here, once, on the field.
+
+Each dataclass is one component's typed config; `node.configload` turns fields into CLI flags, SMG_NODE_* env
+vars and YAML keys. Validation happens in ``__post_init__`` and names the offending key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+LogFormat = Literal["text", "json"]
+PolicyName = Literal["round_robin"]
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    host: str = field(default="127.0.0.1", metadata={"help": "address the HTTP API binds"})
+    port: int = field(default=8000, metadata={"help": "HTTP API port (0 picks a free port)"})
+    max_body_bytes: int = field(
+        default=16 * 1024 * 1024, metadata={"help": "largest accepted request body; larger is a 413"}
+    )
+    shutdown_grace_s: float = field(
+        default=5.0, metadata={"help": "how long in-flight requests may finish after SIGTERM"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        _positive("max_body_bytes", self.max_body_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    model_path: str = field(
+        default="",
+        metadata={"help": "Hugging Face-style model folder (tokenizer.json, tokenizer_config.json, ...)"},
+    )
+    served_model_name: str = field(
+        default="",
+        metadata={"help": "model name clients send; default: what the workers' GetModelInfo reports"},
+    )
+    chat_template: str = field(
+        default="", metadata={"help": "file with a Jinja chat template overriding tokenizer_config.json's"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.model_path:
+            raise ValueError("model_path is required (--model-path DIR)")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPoolConfig:
+    workers: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "gRPC worker URL, grpc://host:port", "flag": "--worker", "metavar": "URL"},
+    )
+    policy: PolicyName = field(default="round_robin", metadata={"help": "how a worker is chosen per request"})
+    health_interval_s: float = field(default=2.0, metadata={"help": "seconds between worker health checks"})
+    health_timeout_s: float = field(default=2.0, metadata={"help": "a health check slower than this fails"})
+    health_failures_to_unhealthy: int = field(
+        default=2, metadata={"help": "consecutive failed checks before a worker leaves rotation"}
+    )
+    startup_wait_s: float = field(
+        default=10.0, metadata={"help": "how long serve waits for a first worker's GetModelInfo at start"}
+    )
+    abort_timeout_s: float = field(default=2.0, metadata={"help": "deadline of an Abort RPC to a worker"})
+
+    def __post_init__(self) -> None:
+        for url in self.workers:
+            parse_worker_url(url)
+        _positive("health_interval_s", self.health_interval_s)
+        _positive("health_timeout_s", self.health_timeout_s)
+        _positive("health_failures_to_unhealthy", self.health_failures_to_unhealthy)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    log_level: Literal["debug", "info", "warning", "error"] = field(
+        default="info", metadata={"help": "log level"}
+    )
+    log_format: LogFormat = field(default="text", metadata={"help": "log line format"})
+
+
+def parse_worker_url(url: str) -> str:
+    """Return the gRPC target ``host:port`` of ``grpc://host:port``; raises ValueError naming the URL."""
+    parts = urlsplit(url)
+    if parts.scheme != "grpc" or not parts.hostname or parts.port is None:
+        raise ValueError(f"worker URL {url!r} must look like grpc://host:port")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{parts.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything `smg-node serve` needs, one typed config per component."""
+
+    http: HttpConfig
+    model: ModelConfig
+    workers: WorkerPoolConfig
+    log: LogConfig
+
+
+NODE_COMPONENTS: tuple[type, ...] = (HttpConfig, ModelConfig, WorkerPoolConfig, LogConfig)

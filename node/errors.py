@@ -1,0 +1,59 @@
+"""The gateway's error tree. Raised anywhere in node/, mapped once to each API's envelope at the HTTP edge."""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base: a request failed with a status the client should see. ``param`` names the offending field."""
+
+    status = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class NotFound(GatewayError):
+    status = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class NoHealthyWorker(GatewayError):
+    status = 503
+    error_type = "service_unavailable"
+    code = "no_healthy_worker"
+
+
+class WorkerFailed(GatewayError):
+    """The worker broke mid-request (connection lost, RPC error, engine-reported error)."""
+
+    status = 502
+    error_type = "server_error"
+    code = "worker_error"

@@ -1,0 +1,101 @@
+"""Errors at the HTTP edge: every failure leaves as OpenAI's JSON envelope, never a traceback."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import msgspec
+from aiohttp import web
+
+from node.errors import GatewayError, InvalidRequest, PayloadTooLarge
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+T = TypeVar("T")
+
+_ENCODER = msgspec.json.Encoder()
+_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+
+
+def error_body(message: str, error_type: str, *, param: str | None = None, code: str | None = None) -> bytes:
+    return _ENCODER.encode({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+
+
+def error_object(exc: GatewayError) -> dict[str, str | None]:
+    """The inner object of the envelope, e.g. for an error event inside a stream."""
+    return {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}
+
+
+def error_response(exc: GatewayError) -> web.Response:
+    return web.Response(
+        status=exc.status,
+        body=error_body(exc.message, exc.error_type, param=exc.param, code=exc.code),
+        content_type="application/json",
+    )
+
+
+def from_validation(exc: msgspec.ValidationError) -> InvalidRequest:
+    """Turn msgspec's 'Expected `int`, got `str` - at `$.messages[0].role`' into a 400 naming the field."""
+    text = str(exc)
+    match = _PATH.search(text)
+    param = match.group(1) if match else None
+    detail = _PATH.sub("", text)
+    if param:
+        return InvalidRequest(f"Invalid value for '{param}': {detail}", param=param)
+    missing = re.match(r"Object missing required field `([^`]+)`", text)
+    if missing:
+        return InvalidRequest(f"Missing required parameter: '{missing.group(1)}'.", param=missing.group(1))
+    return InvalidRequest(f"Invalid request body: {detail}")
+
+
+async def read_json(request: web.Request, kind: type[T], max_bytes: int) -> T:
+    """Read and decode a JSON body as ``kind``. Raises PayloadTooLarge (413) or InvalidRequest (400)."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise PayloadTooLarge(
+            f"Request body of {request.content_length} bytes exceeds the limit of {max_bytes}."
+        )
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise PayloadTooLarge(f"Request body exceeds the limit of {max_bytes} bytes.") from exc
+    if len(body) > max_bytes:
+        raise PayloadTooLarge(f"Request body of {len(body)} bytes exceeds the limit of {max_bytes}.")
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        raise from_validation(exc) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request. The body must be a valid JSON object ({exc})."
+        ) from exc
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.text if exc.status != 404 else f"Invalid URL ({request.method} {request.path})"
+        code = "not_found" if exc.status == 404 else None
+        return web.Response(
+            status=exc.status,
+            body=error_body(message or exc.reason, "invalid_request_error", code=code),
+            content_type="application/json",
+            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+        )
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return web.Response(
+            status=500,
+            body=error_body("The server had an error while processing your request.", "server_error"),
+            content_type="application/json",
+        )

@@ -1,0 +1,83 @@
+"""The HTTP application: routes for the OpenAI API, model listing, liveness and readiness."""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+from node.http.errors import error_body, error_middleware
+from node.http.openai_chat import ChatCompletions
+from node.http.openai_completions import Completions
+from node.pipeline.cpu import CpuPool
+from node.pipeline.served_model import ServedModel
+from node.workers.pool import WorkerPool
+
+
+def _json(obj: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=msgspec.json.encode(obj), content_type="application/json")
+
+
+def build_app(*, model: ServedModel, pool: WorkerPool, cpu: CpuPool, max_body_bytes: int) -> web.Application:
+    # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
+    app = web.Application(middlewares=[error_middleware], client_max_size=max_body_bytes + 1)
+    chat = ChatCompletions(model=model, pool=pool, cpu=cpu, max_body_bytes=max_body_bytes)
+    completions = Completions(model=model, pool=pool, cpu=cpu, max_body_bytes=max_body_bytes)
+
+    async def list_models(request: web.Request) -> web.Response:
+        return _json(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model.name,
+                        "object": "model",
+                        "created": model.created,
+                        "owned_by": "smg-node",
+                        "max_model_len": model.max_context_length,
+                    }
+                ],
+            }
+        )
+
+    async def get_model(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if not model.answers_to(name):
+            return web.Response(
+                status=404,
+                body=error_body(
+                    f"The model '{name}' does not exist",
+                    "invalid_request_error",
+                    param="model",
+                    code="model_not_found",
+                ),
+                content_type="application/json",
+            )
+        return _json({"id": model.name, "object": "model", "created": model.created, "owned_by": "smg-node"})
+
+    async def health(request: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    async def readiness(request: web.Request) -> web.Response:
+        healthy = pool.healthy()
+        body = {
+            "status": "ready" if healthy else "not ready",
+            "healthy_workers": len(healthy),
+            "workers": [
+                {
+                    "url": w.url,
+                    "healthy": w.healthy,
+                    "in_flight": w.in_flight,
+                    "last_error": w.last_error or None,
+                }
+                for w in pool.workers
+            ],
+        }
+        return _json(body, status=200 if healthy else 503)
+
+    app.router.add_post("/v1/chat/completions", chat.handle)
+    app.router.add_post("/v1/completions", completions.handle)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{name:.+}", get_model)
+    app.router.add_get("/health", health)
+    app.router.add_get("/readiness", readiness)
+    return app

@@ -1,0 +1,62 @@
+"""A model as the gateway serves it: its folder, tokenizer, chat template and limits, loaded once."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.pipeline.model import ModelFolder, load_model_folder
+from node.pipeline.template import ChatTemplate
+from node.pipeline.tokenizer import Tokenizer
+
+# A folder that declares no context length: assume a modest window rather than unlimited.
+DEFAULT_CONTEXT_LENGTH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    name: str
+    aliases: frozenset[str]
+    folder: ModelFolder
+    tokenizer: Tokenizer
+    template: ChatTemplate | None
+    max_context_length: int
+    eos_token_ids: frozenset[int]
+    created: int
+
+    def answers_to(self, requested: str) -> bool:
+        return requested == self.name or requested in self.aliases
+
+
+def load_served_model(
+    model_path: str,
+    *,
+    served_name: str,
+    chat_template_file: str = "",
+    context_length: int | None = None,
+    extra_eos_ids: tuple[int, ...] = (),
+) -> ServedModel:
+    """Load a model folder. Raises ModelFolderError (names the file) or TemplateError (bad template)."""
+    folder = load_model_folder(model_path)
+    tokenizer = Tokenizer.from_file(folder.tokenizer_path)
+    source = (
+        Path(chat_template_file).read_text(encoding="utf-8") if chat_template_file else folder.chat_template
+    )
+    template = (
+        ChatTemplate(source, bos_token=folder.bos_token, eos_token=folder.eos_token)
+        if source is not None
+        else None
+    )
+    name = served_name or folder.name
+    aliases = frozenset({folder.name, str(folder.path), model_path} - {name})
+    return ServedModel(
+        name=name,
+        aliases=aliases,
+        folder=folder,
+        tokenizer=tokenizer,
+        template=template,
+        max_context_length=context_length or folder.max_context_length or DEFAULT_CONTEXT_LENGTH,
+        eos_token_ids=frozenset(folder.eos_token_ids) | frozenset(extra_eos_ids),
+        created=int(time.time()),
+    )

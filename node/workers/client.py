@@ -1,0 +1,29 @@
+"""The seam between the gateway and a GPU worker. The gRPC implementation is `node.workers.vllm_grpc`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from typing import Protocol
+
+from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
+
+
+class WorkerClient(Protocol):
+    """One connection to one worker, reused by every request.
+
+    Every method raises ``node.errors.WorkerFailed`` when the worker cannot be reached or reports an error;
+    ``generate`` raises it only before it has yielded anything or when the stream breaks mid-way.
+    """
+
+    @property
+    def url(self) -> str: ...
+
+    async def model_info(self, *, timeout_s: float) -> ModelInfo: ...
+
+    async def health(self, *, timeout_s: float) -> bool: ...
+
+    def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]: ...
+
+    async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None: ...
+
+    async def close(self) -> None: ...

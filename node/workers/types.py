@@ -1,0 +1,78 @@
+"""Typed values exchanged with workers. Protobuf stays behind the client; these enter the pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """What the engine needs to sample. Stop *strings* are absent on purpose: the engine never touches text,
+    the gateway matches them on detokenized output and aborts the request."""
+
+    max_tokens: int
+    min_tokens: int = 0
+    temperature: float | None = None
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    n: int = 1
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    logprobs: int | None = None  # top-k alternatives per token; None = no logprobs at all
+    skip_special_tokens: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRequest:
+    request_id: str
+    prompt_ids: Sequence[int]
+    params: SamplingParams
+    stream: bool = True
+    kv_transfer_params_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """Logprobs of generated tokens, aligned with the output's token_ids."""
+
+    token_ids: Sequence[int]
+    logprobs: Sequence[float]
+    top_ids: Sequence[Sequence[int]] = ()
+    top_logprobs: Sequence[Sequence[float]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOutput:
+    """One message of a Generate stream, for one of the n choices (``index``).
+
+    ``token_ids`` are the new ids of this chunk (streaming) or all ids (the final message of a non-streaming
+    call). Counts are cumulative, as the engine reports them. ``finish_reason`` is set on the last message.
+    """
+
+    index: int
+    token_ids: Sequence[int]
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    finish_reason: str | None = None
+    matched_token_id: int | None = None
+    logprobs: TokenLogprobs | None = None
+    kv_transfer_params_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    served_model_name: str
+    model_path: str
+    max_context_length: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+    model_type: str = ""
+    architectures: tuple[str, ...] = field(default=())

@@ -1,0 +1,168 @@
+"""WorkerClient over the published engine contract `vllm.grpc.engine.VllmEngine` (PyPI: smg-grpc-proto).
+
+Protobuf messages are untyped; they are built and read only in this module, so `Any` stops here.
+One channel per worker is reused by every request (HTTP/2 multiplexing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import grpc
+from smg_grpc_proto.generated import vllm_engine_pb2 as pb
+from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
+
+from node.config import parse_worker_url
+from node.errors import WorkerFailed
+from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
+
+# Prompts of 128k tokens are ~0.5 MB of varints; logprobs and snapshots can be larger. Bounded, not unlimited.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    # Each node keeps its own channel per worker; let several node processes share nothing by accident.
+    ("grpc.use_local_subchannel_pool", 1),
+)
+
+
+def _sampling_params(p: SamplingParams) -> Any:
+    msg = pb.SamplingParams(
+        top_p=p.top_p,
+        top_k=p.top_k,
+        min_p=p.min_p,
+        frequency_penalty=p.frequency_penalty,
+        presence_penalty=p.presence_penalty,
+        repetition_penalty=p.repetition_penalty,
+        max_tokens=p.max_tokens,
+        min_tokens=p.min_tokens,
+        stop_token_ids=p.stop_token_ids,
+        skip_special_tokens=p.skip_special_tokens,
+        ignore_eos=p.ignore_eos,
+        n=p.n,
+    )
+    if p.temperature is not None:
+        msg.temperature = p.temperature
+    if p.seed is not None:
+        msg.seed = p.seed
+    if p.logprobs is not None:
+        msg.logprobs = p.logprobs
+    return msg
+
+
+def _logprobs(msg: Any) -> TokenLogprobs | None:
+    if not msg.token_ids:
+        return None
+    return TokenLogprobs(
+        token_ids=tuple(msg.token_ids),
+        logprobs=tuple(msg.token_logprobs),
+        top_ids=tuple(tuple(t.token_ids) for t in msg.top_logprobs),
+        top_logprobs=tuple(tuple(t.values) for t in msg.top_logprobs),
+    )
+
+
+def _output(resp: Any) -> WorkerOutput:
+    kind = resp.WhichOneof("response")
+    if kind == "chunk":
+        c = resp.chunk
+        return WorkerOutput(
+            index=c.index,
+            token_ids=c.token_ids,
+            prompt_tokens=c.prompt_tokens,
+            completion_tokens=c.completion_tokens,
+            cached_tokens=c.cached_tokens,
+            logprobs=_logprobs(c.output_logprobs) if c.HasField("output_logprobs") else None,
+        )
+    if kind == "complete":
+        c = resp.complete
+        reason = c.finish_reason or "stop"
+        if reason == "error":
+            raise WorkerFailed("the worker reported an error while generating")
+        return WorkerOutput(
+            index=c.index,
+            token_ids=c.output_ids,
+            prompt_tokens=c.prompt_tokens,
+            completion_tokens=c.completion_tokens,
+            cached_tokens=c.cached_tokens,
+            finish_reason=reason,
+            matched_token_id=c.matched_token_id
+            if c.WhichOneof("matched_stop") == "matched_token_id"
+            else None,
+            logprobs=_logprobs(c.output_logprobs) if c.HasField("output_logprobs") else None,
+            kv_transfer_params_json=(
+                c.kv_transfer_params_json if c.HasField("kv_transfer_params_json") else None
+            ),
+        )
+    raise WorkerFailed(f"the worker sent an empty Generate response ({kind!r})")
+
+
+def _rpc_error(url: str, what: str, exc: grpc.aio.AioRpcError) -> WorkerFailed:
+    return WorkerFailed(f"worker {url}: {what} failed: {exc.code().name}: {exc.details() or ''}".rstrip(": "))
+
+
+class VllmGrpcClient:
+    """WorkerClient for a worker speaking VllmEngine (vLLM's gRPC servicer, or our simulated engine)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._channel = grpc.aio.insecure_channel(parse_worker_url(url), options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.VllmEngineStub(self._channel)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    async def model_info(self, *, timeout_s: float) -> ModelInfo:
+        try:
+            r = await self._stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise _rpc_error(self._url, "GetModelInfo", exc) from exc
+        return ModelInfo(
+            served_model_name=r.served_model_name,
+            model_path=r.model_path,
+            max_context_length=r.max_context_length,
+            vocab_size=r.vocab_size,
+            eos_token_ids=tuple(r.eos_token_ids),
+            bos_token_id=r.bos_token_id if r.bos_token_id > 0 else None,
+            model_type=r.model_type,
+            architectures=tuple(r.architectures),
+        )
+
+    async def health(self, *, timeout_s: float) -> bool:
+        try:
+            r = await self._stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(r.healthy)
+
+    async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
+        msg = pb.GenerateRequest(
+            request_id=request.request_id,
+            tokenized=pb.TokenizedInput(input_ids=request.prompt_ids),
+            sampling_params=_sampling_params(request.params),
+            stream=request.stream,
+        )
+        if request.kv_transfer_params_json is not None:
+            msg.kv_transfer_params_json = request.kv_transfer_params_json
+        call = self._stub.Generate(msg)
+        try:
+            async for resp in call:
+                yield _output(resp)
+        except grpc.aio.AioRpcError as exc:
+            raise _rpc_error(self._url, "Generate", exc) from exc
+        finally:
+            # Early exit (stop string, client gone): end the RPC now; the caller also sends Abort.
+            call.cancel()
+
+    async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
+        try:
+            await self._stub.Abort(pb.AbortRequest(request_ids=list(request_ids)), timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise _rpc_error(self._url, "Abort", exc) from exc
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
