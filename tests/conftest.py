@@ -1,0 +1,38 @@
+"""Fixtures shared across the test suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from node.models.prepare import prepare_model
+from node.pipeline.tokenizer import Tokenizer
+
+# --- real model folders (assembled from the installed tokenizer packages, once per session) ---
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def llama3_model_dir(models_dir: Path) -> Path:
+    return prepare_model("llama3", models_dir)
+
+
+@pytest.fixture(scope="session")
+def deepseek_model_dir(models_dir: Path) -> Path:
+    return prepare_model("deepseek", models_dir)
+
+
+# Loading a 128k-entry tokenizer takes ~0.3 s: share one per session.
+@pytest.fixture(scope="session")
+def llama3_tokenizer(llama3_model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_file(llama3_model_dir)
+
+
+@pytest.fixture(scope="session")
+def deepseek_tokenizer(deepseek_model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_file(deepseek_model_dir)
