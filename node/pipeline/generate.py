@@ -9,6 +9,7 @@ even when the gateway cut the answer short.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
@@ -134,9 +135,11 @@ class Generation:
             self.worker_url = worker.url
             received = False
             try:
-                async for batch in self._run_on(worker):
-                    received = True
-                    yield batch
+                # aclosing: when our consumer leaves, the worker stream is closed (and aborted) now, not at GC.
+                async with contextlib.aclosing(self._run_on(worker)) as batches:
+                    async for batch in batches:
+                        received = True
+                        yield batch
                 return
             except WorkerFailed as exc:
                 if received or attempt == MAX_CONNECT_ATTEMPTS:
@@ -225,7 +228,10 @@ class Generation:
         self, choice: _Choice, index: int, ids: list[int], lp: tuple[TokenLogprob, ...]
     ) -> TextDelta | None:
         """Feed ids (one, when per-token) to a choice. Returns the delta to emit, if any."""
-        terminators = self._spec.terminators
+        # As in vLLM's stop checker, nothing ends an answer before min_tokens (the engine masks EOS and
+        # stop_token_ids until then; stop strings are not matched until then either).
+        armed = choice.consumed + len(ids) > self._spec.params.min_tokens
+        terminators = self._spec.terminators if armed else frozenset()
         cut = next((k for k, t in enumerate(ids) if t in terminators), None)
         if cut is not None:
             # The terminator counts as generated (as engines count EOS) but is not part of the text.
@@ -237,7 +243,7 @@ class Generation:
         choice.consumed += len(ids)
         self.usage.completion_tokens += len(ids)
         text = choice.detok.step(ids)
-        if choice.stops is not None:
+        if choice.stops is not None and armed:
             step = choice.stops.feed(text)
             if step.stopped:
                 choice.finish_reason = "stop"

@@ -1,0 +1,208 @@
+"""The generation core against a scripted worker: where answers end, exact usage, aborts, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from node.config import WorkerPoolConfig
+from node.errors import WorkerFailed
+from node.pipeline.generate import GenerateSpec, Generation, TextDelta
+from node.pipeline.tokenizer import Tokenizer
+from node.routing.round_robin import RoundRobin
+from node.tasks import Supervisor
+from node.workers.pool import WorkerPool
+from node.workers.types import ModelInfo, SamplingParams, WorkerOutput, WorkerRequest
+
+EOS = 128009
+
+
+@dataclass
+class ScriptedWorker:
+    """A WorkerClient that plays back a fixed list of outputs (or fails), recording what it was asked."""
+
+    url: str
+    script: list[WorkerOutput] = field(default_factory=list)
+    fail_before_output: bool = False
+    fail_after: int | None = None
+    requests: list[WorkerRequest] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+
+    async def model_info(self, *, timeout_s: float) -> ModelInfo:
+        return ModelInfo(served_model_name="m", model_path="", max_context_length=8192, vocab_size=128256)
+
+    async def health(self, *, timeout_s: float) -> bool:
+        return True
+
+    async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
+        self.requests.append(request)
+        if self.fail_before_output:
+            raise WorkerFailed(f"worker {self.url}: connection refused")
+        for k, out in enumerate(self.script):
+            if self.fail_after is not None and k == self.fail_after:
+                raise WorkerFailed("stream broke")
+            await asyncio.sleep(0)
+            yield out
+
+    async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
+        self.aborted.extend(request_ids)
+
+    async def close(self) -> None:
+        return None
+
+
+def chunk(ids: list[int], total: int, index: int = 0, finish: str | None = None) -> WorkerOutput:
+    return WorkerOutput(
+        index=index,
+        token_ids=ids,
+        prompt_tokens=3,
+        completion_tokens=total,
+        cached_tokens=0,
+        finish_reason=finish,
+    )
+
+
+@contextlib.asynccontextmanager
+async def pool_of(*workers: ScriptedWorker) -> AsyncGenerator[WorkerPool, None]:
+    by_url = {w.url: w for w in workers}
+    async with Supervisor() as sup:
+        pool = WorkerPool(
+            WorkerPoolConfig(workers=tuple(by_url)),
+            client_factory=lambda u: by_url[u],
+            policy=RoundRobin(),
+            supervisor=sup,
+        )
+        for w in pool.workers:
+            w.healthy = True
+        yield pool
+        await asyncio.sleep(0)  # let abort tasks run before the supervisor closes
+
+
+def spec(tok: Tokenizer, **kw: object) -> GenerateSpec:
+    params = SamplingParams(
+        max_tokens=int(kw.pop("max_tokens", 50)),
+        n=int(kw.pop("n", 1)),  # type: ignore[call-overload]
+        min_tokens=int(kw.pop("min_tokens", 0)),
+    )  # type: ignore[call-overload]
+    return GenerateSpec(
+        request_id="r1", prompt_ids=[1, 2, 3], params=params, terminators=frozenset({EOS}), **kw
+    )  # type: ignore[arg-type]
+
+
+async def run(gen: Generation) -> list[TextDelta]:
+    out: list[TextDelta] = []
+    async with contextlib.aclosing(gen.deltas()) as it:
+        async for batch in it:
+            out.extend(batch)
+    return out
+
+
+def ids_of(tok: Tokenizer, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False)
+
+
+async def test_eos_inside_a_chunk_ends_the_answer_and_aborts(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " one two three")
+    w = ScriptedWorker("grpc://a:1", [chunk(words[:2], 2), chunk([words[2], EOS, 555], 5)])
+    async with pool_of(w) as pool:
+        gen = Generation(spec(llama3_tokenizer), pool=pool, tokenizer=llama3_tokenizer)
+        deltas = await run(gen)
+    assert "".join(d.text for d in deltas) == " one two three"
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["stop"]
+    assert gen.usage.completion_tokens == 4  # three words and the EOS, not the token after it
+    assert w.aborted == ["r1"], "the worker kept going after EOS: it must be aborted"
+
+
+async def test_stop_string_across_tokens_counts_exactly(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " alpha beta gamma delta epsilon")
+    script = [chunk([t], k + 1) for k, t in enumerate(words)]
+    w = ScriptedWorker("grpc://a:1", script)
+    async with pool_of(w) as pool:
+        gen = Generation(spec(llama3_tokenizer, stops=("ta gam",)), pool=pool, tokenizer=llama3_tokenizer)
+        deltas = await run(gen)
+    assert "".join(d.text for d in deltas) == " alpha be"
+    upto = len(ids_of(llama3_tokenizer, " alpha beta gamma"))
+    assert gen.usage.completion_tokens == upto
+    assert w.aborted == ["r1"]
+
+
+async def test_worker_length_finish_and_repeated_final_ids(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " a b c d")
+    # Streaming chunks, then a final message that repeats every id (as some servicers do).
+    script = [chunk(words[:2], 2), chunk(words[2:], 4), chunk(words, 4, finish="length")]
+    w = ScriptedWorker("grpc://a:1", script)
+    async with pool_of(w) as pool:
+        gen = Generation(spec(llama3_tokenizer, max_tokens=4), pool=pool, tokenizer=llama3_tokenizer)
+        deltas = await run(gen)
+    assert "".join(d.text for d in deltas) == " a b c d"
+    assert deltas[-1].finish_reason == "length"
+    assert gen.usage.completion_tokens == 4
+    assert w.aborted == [], "the worker finished by itself: nothing to abort"
+
+
+async def test_n_choices_interleaved(llama3_tokenizer: Tokenizer) -> None:
+    a, b = ids_of(llama3_tokenizer, " x y"), ids_of(llama3_tokenizer, " p q")
+    script = [
+        chunk(a[:1], 1, 0),
+        chunk(b[:1], 1, 1),
+        chunk(a[1:], 2, 0, "length"),
+        chunk(b[1:], 2, 1, "length"),
+    ]
+    w = ScriptedWorker("grpc://a:1", script)
+    async with pool_of(w) as pool:
+        gen = Generation(spec(llama3_tokenizer, n=2, max_tokens=2), pool=pool, tokenizer=llama3_tokenizer)
+        deltas = await run(gen)
+    assert "".join(d.text for d in deltas if d.index == 0) == " x y"
+    assert "".join(d.text for d in deltas if d.index == 1) == " p q"
+    assert gen.usage.completion_tokens == 4 and w.aborted == []
+
+
+async def test_min_tokens_holds_off_eos_and_stops(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " stop here now")
+    script = [chunk([words[0]], 1), chunk([EOS], 2), chunk(words[1:], 4, finish="length")]
+    w = ScriptedWorker("grpc://a:1", script)
+    async with pool_of(w) as pool:
+        gen = Generation(
+            spec(llama3_tokenizer, min_tokens=3, stops=(" stop",)), pool=pool, tokenizer=llama3_tokenizer
+        )
+        deltas = await run(gen)
+    text = "".join(d.text for d in deltas)
+    assert text.startswith(" stop") and text.endswith(" here now")
+    assert deltas[-1].finish_reason == "length"
+
+
+async def test_unreachable_worker_is_retried_on_another(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " hi")
+    down = ScriptedWorker("grpc://down:1", fail_before_output=True)
+    up = ScriptedWorker("grpc://up:1", [chunk(words, 1, finish="length")])
+    async with pool_of(down, up) as pool:
+        gen = Generation(spec(llama3_tokenizer, max_tokens=1), pool=pool, tokenizer=llama3_tokenizer)
+        deltas = await run(gen)
+        assert [w.healthy for w in pool.workers] == [False, True]
+    assert "".join(d.text for d in deltas) == " hi" and gen.worker_url == "grpc://up:1"
+
+
+async def test_failure_after_output_is_not_retried(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " a b c")
+    broken = ScriptedWorker("grpc://a:1", [chunk([t], k + 1) for k, t in enumerate(words)], fail_after=2)
+    other = ScriptedWorker("grpc://b:1", [])
+    async with pool_of(broken, other) as pool:
+        gen = Generation(spec(llama3_tokenizer), pool=pool, tokenizer=llama3_tokenizer)
+        with pytest.raises(WorkerFailed):
+            await run(gen)
+    assert other.requests == [], "a half-streamed answer cannot be replayed elsewhere"
+
+
+async def test_consumer_leaving_early_aborts(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " a b c d e f")
+    w = ScriptedWorker("grpc://a:1", [chunk([t], k + 1) for k, t in enumerate(words)])
+    async with pool_of(w) as pool:
+        gen = Generation(spec(llama3_tokenizer), pool=pool, tokenizer=llama3_tokenizer)
+        async with contextlib.aclosing(gen.deltas()) as it:
+            await anext(it)
+    assert w.aborted == ["r1"]
+    assert pool.workers[0].in_flight == 0
