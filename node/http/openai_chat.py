@@ -145,7 +145,9 @@ class ChatCompletions:
             requested, len(prompt_ids), model, param=param, prompt_param="messages"
         )
         top_n = req.top_logprobs or 0
-        params = common.sampling_params(req, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None)
+        params = common.sampling_params(
+            req, model, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None
+        )
         rid = common.new_id("chatcmpl")
         spec = GenerateSpec(
             request_id=rid,

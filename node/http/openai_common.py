@@ -97,17 +97,26 @@ def resolve_max_tokens(
     return budget
 
 
-def sampling_params(req: SamplingFields, *, max_tokens: int, logprobs: int | None) -> SamplingParams:
+def sampling_params(
+    req: SamplingFields, model: ServedModel, *, max_tokens: int, logprobs: int | None
+) -> SamplingParams:
+    """The engine's sampling parameters: the request's values, else the model's generation_config defaults."""
+    d = model.sampling_defaults
+    temperature = req.temperature if req.temperature is not None else d.get("temperature")
+    top_p = req.top_p if req.top_p is not None else d.get("top_p", 1.0)
+    top_k = req.top_k if req.top_k is not None else int(d.get("top_k", 0))
+    min_p = req.min_p if req.min_p is not None else d.get("min_p", 0.0)
+    rep = req.repetition_penalty if req.repetition_penalty is not None else d.get("repetition_penalty", 1.0)
     return SamplingParams(
         max_tokens=max_tokens,
         min_tokens=min(req.min_tokens, max_tokens),
-        temperature=req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
-        top_k=0 if req.top_k is None or req.top_k < 0 else req.top_k,
-        min_p=req.min_p or 0.0,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=max(top_k, 0),
+        min_p=min_p,
         frequency_penalty=req.frequency_penalty or 0.0,
         presence_penalty=req.presence_penalty or 0.0,
-        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        repetition_penalty=rep,
         seed=None if req.seed is None else req.seed & _SEED_MASK,
         n=req.n,
         stop_token_ids=tuple(req.stop_token_ids or ()),

@@ -134,7 +134,7 @@ class Completions:
             max_tokens = common.resolve_max_tokens(
                 req.max_tokens, len(prompt.ids), model, param="max_tokens", prompt_param="prompt"
             )
-            params = common.sampling_params(req, max_tokens=max_tokens, logprobs=req.logprobs)
+            params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=req.logprobs)
             spec = GenerateSpec(
                 request_id=rid if len(prompts) == 1 else f"{rid}-{k}",
                 prompt_ids=prompt.ids,

@@ -79,6 +79,7 @@ class _Choice:
     detok: IncrementalDetokenizer
     stops: StopMatcher | None
     seen: int = 0  # ids received from the worker for this choice
+    last_chunk: tuple[int, ...] = ()  # ids of the latest streamed chunk
     consumed: int = 0  # ids that count as completion tokens (<= seen)
     finish_reason: str | None = None
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -122,6 +123,7 @@ class Generation:
         ]
         self._open = n
         self._worker_finished = 0  # choices the worker itself reported finished
+        self._worker_streams = spec.client_stream or bool(spec.stops)
         # Per-token stepping is needed only to know exactly which token completed a stop string or to attach
         # logprobs/ids to the text they produced; otherwise whole chunks are detokenized at once.
         self._per_token = bool(spec.stops) or spec.params.logprobs is not None or spec.want_token_ids
@@ -152,7 +154,7 @@ class Generation:
             request_id=self._spec.request_id,
             prompt_ids=self._spec.prompt_ids,
             params=self._spec.params,
-            stream=self._spec.client_stream or bool(self._spec.stops),
+            stream=self._worker_streams,
         )
         worker.in_flight += 1
         worker_done = False
@@ -194,9 +196,12 @@ class Generation:
             return []
         ids = out.token_ids
         start = 0
-        if out.finish_reason is not None and len(ids) == out.completion_tokens and choice.seen:
-            # A final message that repeats the whole output: only the ids not yet seen are new.
-            start = choice.seen
+        if out.finish_reason is None:
+            choice.last_chunk = tuple(ids)
+        elif self._worker_streams and tuple(ids) == choice.last_chunk:
+            # vLLM's servicer ends each streamed choice with a chunk and then a final message repeating that
+            # chunk's ids (its output kind is DELTA): they are not new.
+            start = len(ids)
         new_ids = list(ids[start:])
         choice.seen += len(new_ids)
         logprobs = (

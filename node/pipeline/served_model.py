@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.pipeline.model import ModelFolder, load_model_folder
@@ -12,6 +14,25 @@ from node.pipeline.tokenizer import Tokenizer
 
 # A folder that declares no context length: assume a modest window rather than unlimited.
 DEFAULT_CONTEXT_LENGTH = 4096
+
+# generation_config.json keys that are sampling defaults (as vLLM's OpenAI server applies them): a request that
+# leaves one unset gets the model author's value, not the engine's neutral default.
+SAMPLING_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def read_sampling_defaults(folder: Path) -> dict[str, float]:
+    """Sampling defaults from ``generation_config.json`` (absent file or keys: none)."""
+    try:
+        data = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        k: float(v)
+        for k in SAMPLING_DEFAULT_KEYS
+        if isinstance(v := data.get(k), int | float) and not isinstance(v, bool)
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +45,7 @@ class ServedModel:
     max_context_length: int
     eos_token_ids: frozenset[int]
     created: int
+    sampling_defaults: Mapping[str, float] = field(default_factory=dict)
 
     def answers_to(self, requested: str) -> bool:
         return requested == self.name or requested in self.aliases
@@ -59,4 +81,5 @@ def load_served_model(
         max_context_length=context_length or folder.max_context_length or DEFAULT_CONTEXT_LENGTH,
         eos_token_ids=frozenset(folder.eos_token_ids) | frozenset(extra_eos_ids),
         created=int(time.time()),
+        sampling_defaults=read_sampling_defaults(folder.path),
     )

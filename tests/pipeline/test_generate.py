@@ -132,8 +132,8 @@ async def test_stop_string_across_tokens_counts_exactly(llama3_tokenizer: Tokeni
 
 async def test_worker_length_finish_and_repeated_final_ids(llama3_tokenizer: Tokenizer) -> None:
     words = ids_of(llama3_tokenizer, " a b c d")
-    # Streaming chunks, then a final message that repeats every id (as some servicers do).
-    script = [chunk(words[:2], 2), chunk(words[2:], 4), chunk(words, 4, finish="length")]
+    # vLLM's servicer: streamed chunks, then a final message repeating the last chunk's ids.
+    script = [chunk(words[:2], 2), chunk(words[2:], 2), chunk(words[2:], 2, finish="length")]
     w = ScriptedWorker("grpc://a:1", script)
     async with pool_of(w) as pool:
         gen = Generation(spec(llama3_tokenizer, max_tokens=4), pool=pool, tokenizer=llama3_tokenizer)
@@ -206,3 +206,14 @@ async def test_consumer_leaving_early_aborts(llama3_tokenizer: Tokenizer) -> Non
             await anext(it)
     assert w.aborted == ["r1"]
     assert pool.workers[0].in_flight == 0
+
+
+async def test_non_streaming_client_gets_one_final_message(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " all at once")
+    w = ScriptedWorker("grpc://a:1", [chunk(words, len(words), finish="length")])
+    async with pool_of(w) as pool:
+        gen = Generation(spec(llama3_tokenizer, client_stream=False), pool=pool, tokenizer=llama3_tokenizer)
+        deltas = await run(gen)
+    assert w.requests[0].stream is False, "no stop strings: the worker need not stream"
+    assert "".join(d.text for d in deltas) == " all at once"
+    assert gen.usage.completion_tokens == len(words)

@@ -1,0 +1,204 @@
+"""A prefix cache over full token blocks, with LRU eviction and the KV events a real engine publishes.
+
+Pure. Block hashes chain from the parent (a hash over the parent's hash and the block's token ids), so one
+hash names a whole prefix, like vLLM's. A request leases the blocks it uses: leased blocks are pinned and
+never evicted. Unpinned blocks are evicted least recently used first; a released chain is touched from its
+tail to its root, so a chain's tail goes before its root (vLLM frees blocks in reverse order for the same
+reason). When every block is pinned, new blocks are not cached (the chain stops there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from node.sim.kv_events import BlocksRemoved, BlocksStored, CacheCleared, KvEvent, StoredBlock
+
+_ROOT_MARKER = b"\x00root"
+
+
+class CacheBusyError(Exception):
+    """The cache cannot be cleared while requests hold blocks."""
+
+
+def chain_hash(parent: int | None, token_ids: Sequence[int]) -> int:
+    """The signed 64-bit hash of a block (the proto's int64) given its parent's hash."""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(_ROOT_MARKER if parent is None else struct.pack("<q", parent))
+    digest.update(array("I", token_ids).tobytes())
+    return int.from_bytes(digest.digest(), "little", signed=True)
+
+
+@dataclass(slots=True)
+class Lease:
+    """The chain of block hashes one sequence holds pinned, root first."""
+
+    pinned: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    cached_tokens: int
+    lease: Lease
+    events: tuple[KvEvent, ...]
+
+
+@dataclass(slots=True)
+class _Entry:
+    parent: int | None
+    token_ids: tuple[int, ...]
+    depth: int
+    refs: int = 0
+
+
+class PrefixCache:
+    def __init__(self, block_size: int, capacity_blocks: int) -> None:
+        if block_size < 1 or capacity_blocks < 0:
+            raise ValueError("block_size must be >= 1 and capacity_blocks >= 0")
+        self._block_size = block_size
+        self._capacity = capacity_blocks
+        # Least recently used first.
+        self._blocks: OrderedDict[int, _Entry] = OrderedDict()
+        self._pinned = 0
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def capacity_blocks(self) -> int:
+        return self._capacity
+
+    @property
+    def cached_blocks(self) -> int:
+        return len(self._blocks)
+
+    @property
+    def pinned_blocks(self) -> int:
+        return self._pinned
+
+    def block_hashes(self, token_ids: Sequence[int]) -> list[int]:
+        """Hashes of the full blocks of ``token_ids``; a trailing partial block has none."""
+        hashes: list[int] = []
+        parent: int | None = None
+        size = self._block_size
+        for start in range(0, len(token_ids) - size + 1, size):
+            parent = chain_hash(parent, token_ids[start : start + size])
+            hashes.append(parent)
+        return hashes
+
+    def cached_prefix_tokens(self, token_ids: Sequence[int]) -> int:
+        """The tokens ``admit`` would serve from cache right now, without touching anything."""
+        return self._match(token_ids, self.block_hashes(token_ids)) * self._block_size
+
+    def admit(self, token_ids: Sequence[int]) -> Admission:
+        """Serve the longest cached prefix of a prompt, then cache the prompt's other full blocks.
+
+        At most ``len(token_ids) - 1`` tokens count as cached (in whole blocks): the engine must compute the
+        last prompt token to sample the first output token, as vLLM does.
+        """
+        hashes = self.block_hashes(token_ids)
+        matched = self._match(token_ids, hashes)
+        lease = Lease()
+        for block_hash in hashes[:matched]:
+            self._pin(block_hash)
+            lease.pinned.append(block_hash)
+        events = self._store(lease, token_ids, hashes)
+        return Admission(matched * self._block_size, lease, events)
+
+    def extend(self, lease: Lease, token_ids: Sequence[int]) -> tuple[KvEvent, ...]:
+        """Cache the full blocks of ``token_ids`` (the leased prefix and what followed) not yet cached."""
+        return self._store(lease, token_ids, self.block_hashes(token_ids))
+
+    def release(self, lease: Lease) -> None:
+        """Unpin a lease's blocks; they stay cached until evicted, tail first."""
+        for block_hash in reversed(lease.pinned):
+            entry = self._blocks.get(block_hash)
+            if entry is None:
+                continue
+            entry.refs -= 1
+            if entry.refs == 0:
+                self._pinned -= 1
+            self._blocks.move_to_end(block_hash)
+        lease.pinned.clear()
+
+    def clear(self) -> tuple[KvEvent, ...]:
+        """Drop every block.
+
+        Raises:
+            CacheBusyError: some block is pinned by a running request.
+        """
+        if self._pinned:
+            raise CacheBusyError(f"{self._pinned} blocks are held by running requests")
+        self._blocks.clear()
+        return (CacheCleared(),)
+
+    def live_blocks(self) -> list[BlocksStored]:
+        """Every cached block as its own store event, parents before children."""
+        ordered = sorted(self._blocks.items(), key=lambda item: item[1].depth)
+        return [
+            BlocksStored((StoredBlock(block_hash, entry.token_ids),), entry.parent, self._block_size)
+            for block_hash, entry in ordered
+        ]
+
+    def _match(self, token_ids: Sequence[int], hashes: list[int]) -> int:
+        limit = max(0, len(token_ids) - 1) // self._block_size
+        matched = 0
+        for block_hash in hashes[:limit]:
+            if block_hash not in self._blocks:
+                break
+            matched += 1
+        return matched
+
+    def _pin(self, block_hash: int) -> None:
+        entry = self._blocks[block_hash]
+        if entry.refs == 0:
+            self._pinned += 1
+        entry.refs += 1
+
+    def _evict_one(self) -> int | None:
+        for block_hash, entry in self._blocks.items():
+            if entry.refs == 0:
+                del self._blocks[block_hash]
+                return block_hash
+        return None
+
+    def _store(self, lease: Lease, token_ids: Sequence[int], hashes: list[int]) -> tuple[KvEvent, ...]:
+        removed: list[int] = []
+        stored_runs: list[BlocksStored] = []
+        run: list[StoredBlock] = []
+        run_parent: int | None = None
+        parent = lease.pinned[-1] if lease.pinned else None
+        size = self._block_size
+        for position in range(len(lease.pinned), len(hashes)):
+            block_hash = hashes[position]
+            if block_hash in self._blocks:
+                # Already cached (another request stored it): the run of new blocks is broken here.
+                if run:
+                    stored_runs.append(BlocksStored(tuple(run), run_parent, size))
+                    run = []
+            else:
+                if len(self._blocks) >= self._capacity:
+                    victim = self._evict_one()
+                    if victim is None:
+                        break
+                    removed.append(victim)
+                tokens = tuple(token_ids[position * size : (position + 1) * size])
+                self._blocks[block_hash] = _Entry(parent, tokens, position)
+                if not run:
+                    run_parent = parent
+                run.append(StoredBlock(block_hash, tokens))
+            self._pin(block_hash)
+            lease.pinned.append(block_hash)
+            parent = block_hash
+        if run:
+            stored_runs.append(BlocksStored(tuple(run), run_parent, size))
+        events: list[KvEvent] = []
+        if removed:
+            events.append(BlocksRemoved(tuple(removed)))
+        events.extend(stored_runs)
+        return tuple(events)

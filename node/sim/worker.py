@@ -1,0 +1,159 @@
+"""Serving the simulated engine: ``SimWorker`` (an async context manager) and ``run_sim_worker``.
+
+Start-up order: load the model folder, bind the port, build the engine (it names itself by the bound
+address), register the services, start. Shutdown runs in reverse: health goes NOT_SERVING, the engine
+aborts in-flight generations (their streams end with finish reason "abort"), then the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from types import TracebackType
+
+import grpc
+from tokenizers import Tokenizer
+
+from node.sim.config import SimWorkerConfig
+from node.sim.engine import SimEngine
+from node.sim.errors import ModelFolderError, SimError
+from node.sim.health import HealthService
+from node.sim.model_folder import ModelFolder, load_model_folder
+from node.sim.servicer import SimEngineServicer
+from node.sim.vocabulary import TextVocabulary, vocabulary_from_tokenizer
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "vllm.grpc.engine.VllmEngine"
+# In-flight RPCs get this long to finish after the engine aborted them (streams end within a loop turn).
+SHUTDOWN_GRACE_S = 2.0
+_SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    # As the reference server: tolerate client keepalive pings every 10 s during long non-streamed calls.
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    # Fail on a port another process holds instead of silently sharing it.
+    ("grpc.so_reuseport", 0),
+]
+
+
+class PortBindError(SimError):
+    """The gRPC port could not be bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimModel:
+    """A loaded model folder, its tokenizer and the tokens the engine writes with (load once, share)."""
+
+    folder: ModelFolder
+    tokenizer: Tokenizer
+    vocabulary: TextVocabulary
+
+
+def load_sim_model(config: SimWorkerConfig) -> SimModel:
+    """Read ``config.model_path`` (blocking: about a second for a 128k vocabulary).
+
+    Raises:
+        ModelFolderError: the folder or its tokenizer cannot be read.
+    """
+    folder, tokenizer = load_model_folder(config.model_path, config.served_model_name)
+    return SimModel(folder, tokenizer, _vocabulary(tokenizer))
+
+
+def _vocabulary(tokenizer: Tokenizer) -> TextVocabulary:
+    try:
+        return vocabulary_from_tokenizer(tokenizer)
+    except ValueError as exc:
+        raise ModelFolderError(f"the tokenizer has no plain word tokens to write with: {exc}") from exc
+
+
+class SimWorker:
+    """``async with SimWorker(config) as worker:`` serves until the block exits; ``worker.port`` is bound."""
+
+    def __init__(self, config: SimWorkerConfig, model: SimModel | None = None) -> None:
+        self._config = config
+        self._model = model
+        self._server: grpc.aio.Server | None = None
+        self._engine: SimEngine | None = None
+        self._health: HealthService | None = None
+        self._port = 0
+
+    @property
+    def config(self) -> SimWorkerConfig:
+        return self._config
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return f"{self._config.host}:{self._port}"
+
+    @property
+    def engine(self) -> SimEngine:
+        if self._engine is None:
+            raise RuntimeError("the worker is not running")
+        return self._engine
+
+    async def __aenter__(self) -> SimWorker:
+        model = self._model
+        if model is None:
+            model = await asyncio.to_thread(load_sim_model, self._config)
+        server = grpc.aio.server(options=_SERVER_OPTIONS)
+        try:
+            port = server.add_insecure_port(f"{self._config.host}:{self._config.port}")
+        except RuntimeError as exc:
+            raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}: {exc}") from exc
+        if port == 0:
+            raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}")
+        engine = SimEngine(self._config, model.folder, model.vocabulary, endpoint=(self._config.host, port))
+        SimEngineServicer(engine).register(server)
+        health_servicer = HealthService((SERVICE_NAME,))
+        health_servicer.register(server)
+        try:
+            await server.start()
+        except BaseException:
+            await server.stop(None)
+            raise
+        self._server, self._engine, self._health, self._port = server, engine, health_servicer, port
+        logger.debug("simulated engine for %s serving on %s", model.folder.served_model_name, self.address)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        server, engine, health_servicer = self._server, self._engine, self._health
+        self._server = self._health = None
+        if health_servicer is not None:
+            health_servicer.shut_down()
+        if engine is not None:
+            engine.close()
+        if server is not None:
+            await server.stop(SHUTDOWN_GRACE_S)
+
+
+async def run_sim_worker(config: SimWorkerConfig) -> None:
+    """Serve ``config`` until cancelled.
+
+    Raises:
+        ModelFolderError: the model folder cannot be read.
+        PortBindError: the port cannot be bound.
+    """
+    async with SimWorker(config) as worker:
+        folder = worker.engine.model
+        logger.info(
+            "simulated vLLM engine serving %s (%s role) on %s",
+            folder.served_model_name,
+            config.role,
+            worker.address,
+        )
+        await asyncio.Event().wait()
