@@ -56,9 +56,7 @@ def from_validation(exc: msgspec.ValidationError) -> InvalidRequest:
 async def read_json(request: web.Request, kind: type[T], max_bytes: int) -> T:
     """Read and decode a JSON body as ``kind``. Raises PayloadTooLarge (413) or InvalidRequest (400)."""
     if request.content_length is not None and request.content_length > max_bytes:
-        raise PayloadTooLarge(
-            f"Request body of {request.content_length} bytes exceeds the limit of {max_bytes}."
-        )
+        raise PayloadTooLarge(f"Request body of {request.content_length} bytes exceeds the limit of {max_bytes}.")
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:

@@ -31,9 +31,7 @@ def _content_text(msg: ChatMessage, index: int) -> str | None:
                 param=f"messages[{index}].content[{k}].type",
             )
         if part.text is None:
-            raise InvalidRequest(
-                "A text content part needs 'text'.", param=f"messages[{index}].content[{k}].text"
-            )
+            raise InvalidRequest("A text content part needs 'text'.", param=f"messages[{index}].content[{k}].text")
         texts.append(part.text)
     return "\n".join(texts)
 
@@ -59,9 +57,7 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             item["name"] = msg.name
         if msg.tool_calls:
             if msg.role != "assistant":
-                raise InvalidRequest(
-                    "Only assistant messages may carry 'tool_calls'.", param=f"messages[{i}]"
-                )
+                raise InvalidRequest("Only assistant messages may carry 'tool_calls'.", param=f"messages[{i}]")
             item["tool_calls"] = [
                 {
                     "id": tc.id,
@@ -72,9 +68,7 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             ]
         if msg.role == "tool":
             if msg.tool_call_id is None:
-                raise InvalidRequest(
-                    "A tool message needs 'tool_call_id'.", param=f"messages[{i}].tool_call_id"
-                )
+                raise InvalidRequest("A tool message needs 'tool_call_id'.", param=f"messages[{i}].tool_call_id")
             item["tool_call_id"] = msg.tool_call_id
         out.append(item)
     return out
@@ -104,17 +98,13 @@ class ChatCompletions:
                 extra=req.chat_template_kwargs,
             )
         except TemplateError as exc:
-            raise InvalidRequest(
-                f"The chat template could not render these messages: {exc}", param="messages"
-            ) from exc
+            raise InvalidRequest(f"The chat template could not render these messages: {exc}", param="messages") from exc
         if req.continue_final_message:
             # Hugging Face semantics: the prompt ends right after the final message's content.
             final = messages[-1]["content"] or ""
             cut = text.rfind(final) if final else -1
             if cut < 0:
-                raise InvalidRequest(
-                    "Could not find the final message in the rendered prompt.", param="messages"
-                )
+                raise InvalidRequest("Could not find the final message in the rendered prompt.", param="messages")
             text = text[: cut + len(final)]
         return self._model.tokenizer.encode(text, add_special_tokens=False)
 
@@ -127,9 +117,7 @@ class ChatCompletions:
             if not req.logprobs:
                 raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
             if not 0 <= req.top_logprobs <= common.MAX_TOP_LOGPROBS:
-                raise InvalidRequest(
-                    f"'top_logprobs' must be in [0, {common.MAX_TOP_LOGPROBS}].", param="top_logprobs"
-                )
+                raise InvalidRequest(f"'top_logprobs' must be in [0, {common.MAX_TOP_LOGPROBS}].", param="top_logprobs")
         if req.continue_final_message and req.add_generation_prompt:
             raise InvalidRequest(
                 "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
@@ -141,13 +129,9 @@ class ChatCompletions:
         prompt_ids = await self._cpu.run(size, self._prompt_ids, req, messages)
         requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-        max_tokens = common.resolve_max_tokens(
-            requested, len(prompt_ids), model, param=param, prompt_param="messages"
-        )
+        max_tokens = common.resolve_max_tokens(requested, len(prompt_ids), model, param=param, prompt_param="messages")
         top_n = req.top_logprobs or 0
-        params = common.sampling_params(
-            req, model, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None
-        )
+        params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None)
         rid = common.new_id("chatcmpl")
         spec = GenerateSpec(
             request_id=rid,
@@ -165,9 +149,7 @@ class ChatCompletions:
             return await self._stream(request, req, gen, rid, include_usage=include_usage, top_n=top_n)
         return await self._complete(req, gen, rid, top_n=top_n)
 
-    async def _complete(
-        self, req: ChatCompletionRequest, gen: Generation, rid: str, *, top_n: int
-    ) -> web.Response:
+    async def _complete(self, req: ChatCompletionRequest, gen: Generation, rid: str, *, top_n: int) -> web.Response:
         texts = [[] for _ in range(req.n)]  # type: list[list[str]]
         logprobs: list[list[dict[str, Any]]] = [[] for _ in range(req.n)]
         reasons: list[str | None] = [None] * req.n
@@ -261,7 +243,5 @@ class ChatCompletions:
         if d.finish_reason is None:
             return frame_bytes
         # The finishing delta may carry text; OpenAI ends each choice with an empty delta and the reason.
-        tail = frames.with_choice(
-            {"index": d.index, "delta": {}, "logprobs": None, "finish_reason": d.finish_reason}
-        )
+        tail = frames.with_choice({"index": d.index, "delta": {}, "logprobs": None, "finish_reason": d.finish_reason})
         return (frame_bytes if d.text or d.logprobs else b"") + tail

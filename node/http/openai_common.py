@@ -28,9 +28,7 @@ def now_s() -> int:
 
 def check_model(requested: str, model: ServedModel) -> None:
     if not model.answers_to(requested):
-        raise ModelNotFound(
-            f"The model '{requested}' does not exist or you do not have access to it.", param="model"
-        )
+        raise ModelNotFound(f"The model '{requested}' does not exist or you do not have access to it.", param="model")
 
 
 def _range(name: str, value: float | None, lo: float, hi: float, *, lo_open: bool = False) -> None:
@@ -67,13 +65,9 @@ def validate_sampling(req: SamplingFields, model: ServedModel) -> None:
     vocab = model.tokenizer.vocab_size
     for tid in req.stop_token_ids or ():
         if not 0 <= tid < vocab:
-            raise InvalidRequest(
-                f"'stop_token_ids' holds {tid}, outside the vocabulary.", param="stop_token_ids"
-            )
+            raise InvalidRequest(f"'stop_token_ids' holds {tid}, outside the vocabulary.", param="stop_token_ids")
     if req.stream_options is not None and not req.stream:
-        raise InvalidRequest(
-            "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
-        )
+        raise InvalidRequest("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
 
 
 def resolve_max_tokens(
@@ -86,9 +80,7 @@ def resolve_max_tokens(
     budget = requested if requested is not None else ctx - prompt_len
     if prompt_len + max(budget, 1) > ctx:
         asked = prompt_len + (requested or 0)
-        detail = f"{prompt_len} in the {prompt_param}" + (
-            f", {requested} in the completion" if requested else ""
-        )
+        detail = f"{prompt_len} in the {prompt_param}" + (f", {requested} in the completion" if requested else "")
         raise ContextLengthExceeded(
             f"This model's maximum context length is {ctx} tokens. However, you requested {asked} tokens "
             f"({detail}). Please reduce the length of the {prompt_param} or completion.",
@@ -161,7 +153,6 @@ class TokenText:
             "logprob": lp.logprob,
             "bytes": list(token.encode("utf-8")),
             "top_logprobs": [
-                {"token": (t := self(tid)), "logprob": v, "bytes": list(t.encode("utf-8"))}
-                for tid, v in lp.top[:top_n]
+                {"token": (t := self(tid)), "logprob": v, "bytes": list(t.encode("utf-8"))} for tid, v in lp.top[:top_n]
             ],
         }

@@ -118,15 +118,12 @@ class Completions:
         if req.suffix:
             raise InvalidRequest("'suffix' is not supported by this model.", param="suffix")
         if req.best_of is not None and req.best_of != req.n:
-            raise InvalidRequest(
-                "'best_of' must equal 'n' (server-side best-of is not supported).", param="best_of"
-            )
+            raise InvalidRequest("'best_of' must equal 'n' (server-side best-of is not supported).", param="best_of")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
             raise InvalidRequest(f"'logprobs' must be in [0, {MAX_COMPLETION_LOGPROBS}].", param="logprobs")
         stops = common.stop_strings(req)
         prompts = [
-            await self._cpu.run(len(p), self._encode, p) if isinstance(p, str) else p
-            for p in _prompts(req, model)
+            await self._cpu.run(len(p), self._encode, p) if isinstance(p, str) else p for p in _prompts(req, model)
         ]
         gens: list[Generation] = []
         rid = common.new_id("cmpl")

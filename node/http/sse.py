@@ -45,14 +45,11 @@ class ChunkFrames:
 
     def chat_content(self, index: int, text: str) -> bytes:
         return self.choices(
-            b'[{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null}]'
-            % (index, _ENCODE(text))
+            b'[{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null}]' % (index, _ENCODE(text))
         )
 
     def completion_text(self, index: int, text: str) -> bytes:
-        return self.choices(
-            b'[{"index":%d,"text":%b,"logprobs":null,"finish_reason":null}]' % (index, _ENCODE(text))
-        )
+        return self.choices(b'[{"index":%d,"text":%b,"logprobs":null,"finish_reason":null}]' % (index, _ENCODE(text)))
 
     def with_choice(self, choice: dict[str, Any]) -> bytes:
         return self.choices(_ENCODE([choice]))

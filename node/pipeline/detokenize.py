@@ -92,9 +92,7 @@ class IncrementalDetokenizer:
         "_window",
     )
 
-    def __init__(
-        self, tokenizer: RawTokenizer, skip_special_tokens: bool, prompt_ids: Sequence[int] = ()
-    ) -> None:
+    def __init__(self, tokenizer: RawTokenizer, skip_special_tokens: bool, prompt_ids: Sequence[int] = ()) -> None:
         self._tokenizer = tokenizer
         self._decode = tokenizer.decode
         self._skip = skip_special_tokens
@@ -133,11 +131,7 @@ class IncrementalDetokenizer:
             window.clear()
             return text
         prefix_len = self._prefix_len
-        if (
-            len(text) <= prefix_len
-            or text[-1] == REPLACEMENT_CHAR
-            or (self._byte_fallback and self._open_byte_run())
-        ):
+        if len(text) <= prefix_len or text[-1] == REPLACEMENT_CHAR or (self._byte_fallback and self._open_byte_run()):
             return ""
         if len(window) > WINDOW_MAX_TOKENS and self._read:
             # Re-anchor on this delta's ids: they start right after an emitted (hence stable) boundary.
@@ -172,15 +166,11 @@ class IncrementalDetokenizer:
             if token in _BYTE_TOKENS:
                 return True
             # Whether this id ends the run matters only if an unread id precedes it.
-            if i == self._read or (
-                token is not None and not (self._skip and self._is_skipped_special(token_id))
-            ):
+            if i == self._read or (token is not None and not (self._skip and self._is_skipped_special(token_id))):
                 return False
         return False
 
     def _is_skipped_special(self, token_id: int) -> bool:
         # Decoding one id is ~1 µs, far cheaper than listing the added vocabulary (~0.5 ms for DeepSeek).
         decode = self._decode
-        return not decode([token_id], skip_special_tokens=True) and bool(
-            decode([token_id], skip_special_tokens=False)
-        )
+        return not decode([token_id], skip_special_tokens=True) and bool(decode([token_id], skip_special_tokens=False))

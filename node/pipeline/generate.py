@@ -164,9 +164,7 @@ class Generation:
             async for out in stream:
                 got_any = True
                 if out.index >= len(self._choices):
-                    raise WorkerFailed(
-                        f"worker {worker.url} sent choice index {out.index} of n={len(self._choices)}"
-                    )
+                    raise WorkerFailed(f"worker {worker.url} sent choice index {out.index} of n={len(self._choices)}")
                 self.usage.cached_tokens = max(self.usage.cached_tokens, out.cached_tokens)
                 batch = self._consume(out)
                 if batch:
@@ -204,11 +202,7 @@ class Generation:
             start = len(ids)
         new_ids = list(ids[start:])
         choice.seen += len(new_ids)
-        logprobs = (
-            _logprob_entries(out.logprobs, start, len(new_ids))
-            if self._spec.params.logprobs is not None
-            else []
-        )
+        logprobs = _logprob_entries(out.logprobs, start, len(new_ids)) if self._spec.params.logprobs is not None else []
         deltas: list[TextDelta] = []
         if self._per_token:
             for k, token in enumerate(new_ids):
@@ -229,9 +223,7 @@ class Generation:
             deltas.append(self._finish(choice, out.index, "length" if reason == "length" else "stop"))
         return deltas
 
-    def _step(
-        self, choice: _Choice, index: int, ids: list[int], lp: tuple[TokenLogprob, ...]
-    ) -> TextDelta | None:
+    def _step(self, choice: _Choice, index: int, ids: list[int], lp: tuple[TokenLogprob, ...]) -> TextDelta | None:
         """Feed ids (one, when per-token) to a choice. Returns the delta to emit, if any."""
         # As in vLLM's stop checker, nothing ends an answer before min_tokens (the engine masks EOS and
         # stop_token_ids until then; stop strings are not matched until then either).
@@ -253,9 +245,7 @@ class Generation:
             if step.stopped:
                 choice.finish_reason = "stop"
                 self._open -= 1
-                return TextDelta(
-                    index, step.emit, "stop", lp, tuple(ids) if self._spec.want_token_ids else ()
-                )
+                return TextDelta(index, step.emit, "stop", lp, tuple(ids) if self._spec.want_token_ids else ())
             text = step.emit
         if not text and not lp:
             if self._spec.want_token_ids and ids:

@@ -90,9 +90,7 @@ def load_model_folder(path: Path | str) -> ModelFolder:
     if bos_token_id is None:
         bos_token_id = _optional_int(config, "bos_token_id", config_file)
 
-    eos_ids = (
-        _id_list(gen, "eos_token_id", gen_file) if gen else _id_list(config, "eos_token_id", config_file)
-    )
+    eos_ids = _id_list(gen, "eos_token_id", gen_file) if gen else _id_list(config, "eos_token_id", config_file)
     eos_token_id = ids.lookup(eos_token) if eos_token is not None else None
     if eos_token_id is not None and eos_token_id not in eos_ids:
         eos_ids.append(eos_token_id)

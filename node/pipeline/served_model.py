@@ -62,13 +62,9 @@ def load_served_model(
     """Load a model folder. Raises ModelFolderError (names the file) or TemplateError (bad template)."""
     folder = load_model_folder(model_path)
     tokenizer = Tokenizer.from_file(folder.tokenizer_path)
-    source = (
-        Path(chat_template_file).read_text(encoding="utf-8") if chat_template_file else folder.chat_template
-    )
+    source = Path(chat_template_file).read_text(encoding="utf-8") if chat_template_file else folder.chat_template
     template = (
-        ChatTemplate(source, bos_token=folder.bos_token, eos_token=folder.eos_token)
-        if source is not None
-        else None
+        ChatTemplate(source, bos_token=folder.bos_token, eos_token=folder.eos_token) if source is not None else None
     )
     name = served_name or folder.name
     aliases = frozenset({folder.name, str(folder.path), model_path} - {name})

@@ -77,9 +77,7 @@ class StopMatcher:
                     best, best_end = stop, end
         if best:
             self._held = ""
-            self._stop = StopStep(
-                pending[:best_end] if self._include else pending[: best_end - len(best)], True, best
-            )
+            self._stop = StopStep(pending[:best_end] if self._include else pending[: best_end - len(best)], True, best)
             return self._stop
         keep = self._held_len(pending) if pending[-1] in self._last_chars else 0
         if not keep:

@@ -53,9 +53,7 @@ def _tojson(
 ) -> str:
     # Jinja's built-in tojson HTML-escapes '<', '>', '&' and "'"; transformers replaces it with plain
     # json.dumps so tool schemas reach the model verbatim. Same defaults and keyword names as theirs.
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 class ChatTemplate:

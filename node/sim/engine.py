@@ -203,9 +203,7 @@ class SimEngine:
             capacity_tokens=capacity_tokens,
             token_usage=min(1.0, used_tokens / capacity_tokens) if capacity_tokens else 0.0,
             cache_hit_rate=(
-                self._cached_tokens_admitted / self._prompt_tokens_admitted
-                if self._prompt_tokens_admitted
-                else 0.0
+                self._cached_tokens_admitted / self._prompt_tokens_admitted if self._prompt_tokens_admitted else 0.0
             ),
             max_running_requests=self._admission.max_running,
         )
@@ -418,16 +416,12 @@ class SimEngine:
                 )
                 await self._sleep_until(seq, deadline, loop)
                 if request.aborted:
-                    yield SequenceOutput(
-                        seq.index, (), len(seq.output_ids), len(prompt), cached, Finish("abort")
-                    )
+                    yield SequenceOutput(seq.index, (), len(seq.output_ids), len(prompt), cached, Finish("abort"))
                     return
                 first = False
                 seq.output_ids.extend(tokens)
                 params = self._kv_transfer_params(spec) if finish is not None else None
-                yield SequenceOutput(
-                    seq.index, tuple(tokens), len(seq.output_ids), len(prompt), cached, finish, params
-                )
+                yield SequenceOutput(seq.index, tuple(tokens), len(seq.output_ids), len(prompt), cached, finish, params)
                 if finish is not None:
                     return
         finally:
@@ -479,9 +473,7 @@ class SimEngine:
     def _remote_prefill(self, spec: GenerateSpec) -> bool:
         """A decode worker handed a prefill's KV pays no prefill per token (the KV arrives by transfer)."""
         params = spec.kv_transfer_params
-        return (
-            self._config.role == "decode" and params is not None and params.get("do_remote_prefill") is True
-        )
+        return self._config.role == "decode" and params is not None and params.get("do_remote_prefill") is True
 
     def _kv_transfer_params(self, spec: GenerateSpec) -> Mapping[str, object] | None:
         """What a prefill worker hands the decode worker: itself and the request (NIXL-style keys)."""

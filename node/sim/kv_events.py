@@ -137,9 +137,7 @@ class KvEventLog:
         return self._snapshot(self._last_sequence, count, live_blocks, timestamp)
 
     @staticmethod
-    def _snapshot(
-        last: int, count: int, live_blocks: Sequence[BlocksStored], timestamp: float
-    ) -> list[KvBatch]:
+    def _snapshot(last: int, count: int, live_blocks: Sequence[BlocksStored], timestamp: float) -> list[KvBatch]:
         blocks = sum(len(stored.blocks) for stored in live_blocks)
         first_events = (
             NumberedEvent(0, CacheCleared()),

@@ -33,9 +33,7 @@ class LatencyModel:
 
     @property
     def is_zero(self) -> bool:
-        return not (
-            self.ttft_base_ms or self.ttft_per_uncached_token_ms or self.tpot_ms or self.tpot_per_running_ms
-        )
+        return not (self.ttft_base_ms or self.ttft_per_uncached_token_ms or self.tpot_ms or self.tpot_per_running_ms)
 
     def prefill_s(self, uncached_tokens: int) -> float:
         """Seconds from admission to the first token."""

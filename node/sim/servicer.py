@@ -64,7 +64,9 @@ class SimEngineServicer:
         async with contextlib.aclosing(outputs):
             try:
                 async for output in outputs:
-                    for reply in self._replies(output, stream, n, collected, finals, top_n, vocab):
+                    for reply in self._replies(
+                        output, stream=stream, n=n, collected=collected, finals=finals, top_n=top_n, vocab=vocab
+                    ):
                         yield reply
             except Exception as exc:
                 logger.exception("Generate %s failed", spec.request_id)
@@ -73,6 +75,7 @@ class SimEngineServicer:
     @staticmethod
     def _replies(
         output: SequenceOutput,
+        *,
         stream: bool,
         n: int,
         collected: dict[int, list[int]],
@@ -101,9 +104,7 @@ class SimEngineServicer:
         if len(finals) < n:
             return []
         # Without streaming vLLM answers once every index is done, in index order.
-        return [
-            wire.complete_response(finals[i], ids := collected.get(i, []), lp(ids, 0)) for i in sorted(finals)
-        ]
+        return [wire.complete_response(finals[i], ids := collected.get(i, []), lp(ids, 0)) for i in sorted(finals)]
 
     async def Embed(self, request: Any, context: Context) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the simulated engine does not embed")
@@ -151,9 +152,7 @@ class SimEngineServicer:
         digest = hashlib.sha256(bundle).hexdigest()
         for start in range(0, len(bundle), TOKENIZER_CHUNK_BYTES):
             end = start + TOKENIZER_CHUNK_BYTES
-            yield common_pb2.GetTokenizerChunk(
-                data=bundle[start:end], sha256=digest if end >= len(bundle) else ""
-            )
+            yield common_pb2.GetTokenizerChunk(data=bundle[start:end], sha256=digest if end >= len(bundle) else "")
 
     async def SubscribeKvEvents(self, request: Any, context: Context) -> AsyncIterator[Any]:
         # Headers first, so the subscriber's call resolves before the first batch (as the reference does).
@@ -169,10 +168,6 @@ def tokenizer_bundle(folder: Path) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for file in sorted(folder.iterdir()):
-            if (
-                file.is_file()
-                and file.suffix in _TOKENIZER_SUFFIXES
-                and file.name not in _NOT_TOKENIZER_FILES
-            ):
+            if file.is_file() and file.suffix in _TOKENIZER_SUFFIXES and file.name not in _NOT_TOKENIZER_FILES:
                 archive.write(file, arcname=file.name)
     return buffer.getvalue()

@@ -92,8 +92,7 @@ def _logprobs_message(lp: TokenLogprobs | None) -> Any:
         token_logprobs=lp.logprobs,
         token_ids=lp.token_ids,
         top_logprobs=[
-            vllm_engine_pb2.TopLogProbs(values=v, token_ids=i)
-            for i, v in zip(lp.top_ids, lp.top_logprobs, strict=True)
+            vllm_engine_pb2.TopLogProbs(values=v, token_ids=i) for i, v in zip(lp.top_ids, lp.top_logprobs, strict=True)
         ],
     )
 
@@ -133,9 +132,7 @@ def complete_response(
 
 
 def model_info_response(model: ModelFolder) -> Any:
-    defaults = (
-        json.dumps(dict(model.sampling_defaults), separators=(",", ":")) if model.sampling_defaults else ""
-    )
+    defaults = json.dumps(dict(model.sampling_defaults), separators=(",", ":")) if model.sampling_defaults else ""
     return vllm_engine_pb2.GetModelInfoResponse(
         model_path=str(model.path),
         is_generation=True,
@@ -209,9 +206,7 @@ def _kv_event_message(event_id: int, event: KvEvent) -> Any:
     if isinstance(event, BlocksStored):
         stored = common_pb2.KvBlocksStored(
             blocks=[
-                common_pb2.KvBlock(
-                    block_hash=b.block_hash, token_ids=b.token_ids, block_size=event.block_size
-                )
+                common_pb2.KvBlock(block_hash=b.block_hash, token_ids=b.token_ids, block_size=event.block_size)
                 for b in event.blocks
             ]
         )

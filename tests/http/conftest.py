@@ -55,9 +55,7 @@ def fast_sim(model_dir: Path, **kw: object) -> SimWorkerConfig:
 @contextlib.asynccontextmanager
 async def start_cluster(model_dir: Path, workers: int = 2, **sim: object) -> AsyncIterator[Cluster]:
     async with contextlib.AsyncExitStack() as stack:
-        sims = [
-            await stack.enter_async_context(SimWorker(fast_sim(model_dir, **sim))) for _ in range(workers)
-        ]
+        sims = [await stack.enter_async_context(SimWorker(fast_sim(model_dir, **sim))) for _ in range(workers)]
         node = await stack.enter_async_context(run_node(node_config(model_dir, [s.port for s in sims])))
         client = AsyncOpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0, timeout=30)
         stack.push_async_callback(client.close)

@@ -21,16 +21,12 @@ VLLM_EXTRAS = ("ignore_eos", "include_stop_str_in_output")
 
 async def _text(cluster: Cluster, **kw: object) -> tuple[str, str | None, object]:
     extra = {k: kw.pop(k) for k in VLLM_EXTRAS if k in kw}
-    r = await cluster.client.chat.completions.create(
-        model=cluster.model, messages=HELLO, extra_body=extra, **kw
-    )  # type: ignore[call-overload]
+    r = await cluster.client.chat.completions.create(model=cluster.model, messages=HELLO, extra_body=extra, **kw)  # type: ignore[call-overload]
     return r.choices[0].message.content or "", r.choices[0].finish_reason, r.usage
 
 
 async def test_chat_answers_with_exact_prompt_usage(cluster: Cluster, llama3_tokenizer: Tokenizer) -> None:
-    r = await cluster.client.chat.completions.create(
-        model=cluster.model, messages=HELLO, max_tokens=20, seed=3
-    )
+    r = await cluster.client.chat.completions.create(model=cluster.model, messages=HELLO, max_tokens=20, seed=3)
     choice = r.choices[0]
     assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
     assert choice.message.role == "assistant"
@@ -38,9 +34,7 @@ async def test_chat_answers_with_exact_prompt_usage(cluster: Cluster, llama3_tok
     assert "\ufffd" not in (choice.message.content or "")
     assert choice.finish_reason == "length"
     assert r.usage is not None
-    assert r.usage.prompt_tokens == len(
-        llama3_tokenizer.encode(LLAMA3_HELLO_PROMPT, add_special_tokens=False)
-    )
+    assert r.usage.prompt_tokens == len(llama3_tokenizer.encode(LLAMA3_HELLO_PROMPT, add_special_tokens=False))
     assert r.usage.completion_tokens == 20
     assert r.usage.total_tokens == r.usage.prompt_tokens + 20
 
@@ -131,9 +125,7 @@ async def test_stop_string_spanning_tokens_and_include_stop_str(cluster: Cluster
 
 
 async def test_n_choices(cluster: Cluster) -> None:
-    r = await cluster.client.chat.completions.create(
-        model=cluster.model, messages=HELLO, max_tokens=12, n=3, seed=1
-    )
+    r = await cluster.client.chat.completions.create(model=cluster.model, messages=HELLO, max_tokens=12, n=3, seed=1)
     assert sorted(c.index for c in r.choices) == [0, 1, 2]
     assert all(c.finish_reason == "length" and c.message.content for c in r.choices)
     assert r.usage is not None and r.usage.completion_tokens == 36
@@ -171,9 +163,7 @@ async def test_completions_text_tokens_batch_echo(cluster: Cluster, llama3_token
         .text
     )
 
-    echo = await cluster.client.completions.create(
-        model=cluster.model, prompt=prompt, max_tokens=3, echo=True, seed=2
-    )
+    echo = await cluster.client.completions.create(model=cluster.model, prompt=prompt, max_tokens=3, echo=True, seed=2)
     assert echo.choices[0].text.startswith(prompt) and len(echo.choices[0].text) > len(prompt)
 
 

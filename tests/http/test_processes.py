@@ -71,13 +71,9 @@ def test_worker_killed_mid_stream_ends_the_stream_with_an_error(two_processes: P
     assert "worker" in str(info.value).lower()
     # The node itself keeps serving: liveness is fine, readiness reports no healthy worker.
     assert http_status(two_processes.url + "/health") == 200
-    wait_until(
-        lambda: http_status(two_processes.url + "/readiness") == 503, timeout_s=10, what="readiness 503"
-    )
+    wait_until(lambda: http_status(two_processes.url + "/readiness") == 503, timeout_s=10, what="readiness 503")
     started = time.monotonic()
     with pytest.raises(openai.APIStatusError) as status:
-        client.chat.completions.create(
-            model="llama3", messages=[{"role": "user", "content": "hi"}], max_tokens=2
-        )
+        client.chat.completions.create(model="llama3", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     assert status.value.status_code == 503
     assert time.monotonic() - started < 5, "no healthy worker fails fast"

@@ -88,9 +88,7 @@ def spec(tok: Tokenizer, **kw: object) -> GenerateSpec:
         n=int(kw.pop("n", 1)),  # type: ignore[call-overload]
         min_tokens=int(kw.pop("min_tokens", 0)),
     )  # type: ignore[call-overload]
-    return GenerateSpec(
-        request_id="r1", prompt_ids=[1, 2, 3], params=params, terminators=frozenset({EOS}), **kw
-    )  # type: ignore[arg-type]
+    return GenerateSpec(request_id="r1", prompt_ids=[1, 2, 3], params=params, terminators=frozenset({EOS}), **kw)  # type: ignore[arg-type]
 
 
 async def run(gen: Generation) -> list[TextDelta]:
@@ -166,9 +164,7 @@ async def test_min_tokens_holds_off_eos_and_stops(llama3_tokenizer: Tokenizer) -
     script = [chunk([words[0]], 1), chunk([EOS], 2), chunk(words[1:], 4, finish="length")]
     w = ScriptedWorker("grpc://a:1", script)
     async with pool_of(w) as pool:
-        gen = Generation(
-            spec(llama3_tokenizer, min_tokens=3, stops=(" stop",)), pool=pool, tokenizer=llama3_tokenizer
-        )
+        gen = Generation(spec(llama3_tokenizer, min_tokens=3, stops=(" stop",)), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
     text = "".join(d.text for d in deltas)
     assert text.startswith(" stop") and text.endswith(" here now")

@@ -39,9 +39,7 @@ async def first_output_after(engine: SimEngine, request: GenerateSpec) -> tuple[
     return elapsed, [first, *await collect(outputs)]
 
 
-async def test_cache_hit_lowers_time_to_first_token(
-    sim_model: SimModel, fast_config: SimWorkerConfig
-) -> None:
+async def test_cache_hit_lowers_time_to_first_token(sim_model: SimModel, fast_config: SimWorkerConfig) -> None:
     engine = make_engine(sim_model, fast_config, ttft_per_uncached_token_ms=0.5)
     long_prompt = tuple(range(2000, 2400))  # 400 tokens: 200 ms uncached
     cold, outputs = await first_output_after(engine, spec("a", long_prompt, max_tokens=2))
@@ -53,9 +51,7 @@ async def test_cache_hit_lowers_time_to_first_token(
     assert engine.load_snapshot().cache_hit_rate == pytest.approx(384 / 800)
 
 
-async def test_fifo_admission_under_the_running_cap(
-    sim_model: SimModel, fast_config: SimWorkerConfig
-) -> None:
+async def test_fifo_admission_under_the_running_cap(sim_model: SimModel, fast_config: SimWorkerConfig) -> None:
     engine = make_engine(sim_model, fast_config, max_running_requests=1, tpot_ms=4)
     order: list[str] = []
 
@@ -88,9 +84,7 @@ async def test_abort_while_waiting_ends_at_once(sim_model: SimModel, fast_config
     assert sum(len(o.token_ids) for o in long) == 20
 
 
-async def test_n_samples_interleave_and_each_index_finishes(
-    sim_model: SimModel, fast_config: SimWorkerConfig
-) -> None:
+async def test_n_samples_interleave_and_each_index_finishes(sim_model: SimModel, fast_config: SimWorkerConfig) -> None:
     engine = make_engine(sim_model, fast_config)
     outputs = await collect(engine.submit(spec("n3", n=3, max_tokens=30)))
     by_index: dict[int, list[int]] = {0: [], 1: [], 2: []}

@@ -23,9 +23,7 @@ PROMPT = list(range(1000, 1040))
 EOT = 128009
 
 
-def request(
-    request_id: str = "r", prompt: list[int] | None = None, *, stream: bool = True, **sampling: Any
-) -> Any:
+def request(request_id: str = "r", prompt: list[int] | None = None, *, stream: bool = True, **sampling: Any) -> Any:
     return vllm_engine_pb2.GenerateRequest(
         request_id=request_id,
         tokenized=vllm_engine_pb2.TokenizedInput(input_ids=prompt or PROMPT),
@@ -74,9 +72,7 @@ async def test_non_streaming_sends_one_complete_with_every_token(channel: grpc.a
     replies = await responses(channel, request("n", max_tokens=30, seed=7, stream=False))
     assert len(replies) == 1
     complete = replies[0].complete
-    assert list(complete.output_ids) == [
-        t for r in streamed if r.HasField("chunk") for t in r.chunk.token_ids
-    ]
+    assert list(complete.output_ids) == [t for r in streamed if r.HasField("chunk") for t in r.chunk.token_ids]
     assert complete.completion_tokens == len(complete.output_ids)
     assert complete.cached_tokens == 32  # the first request cached both full prompt blocks
 
@@ -116,9 +112,7 @@ async def test_n_two_streams_each_index(channel: grpc.aio.Channel) -> None:
         (request("zero", max_tokens=0), "max_tokens"),
     ],
 )
-async def test_invalid_requests_are_invalid_argument(
-    channel: grpc.aio.Channel, message: Any, detail: str
-) -> None:
+async def test_invalid_requests_are_invalid_argument(channel: grpc.aio.Channel, message: Any, detail: str) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await responses(channel, message)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -161,9 +155,7 @@ async def test_client_cancel_releases_the_request(fast_config: SimWorkerConfig, 
         assert worker.engine.cancelled_requests == 1
 
 
-async def test_shutdown_aborts_in_flight_generations(
-    fast_config: SimWorkerConfig, sim_model: SimModel
-) -> None:
+async def test_shutdown_aborts_in_flight_generations(fast_config: SimWorkerConfig, sim_model: SimModel) -> None:
     worker = SimWorker(replace(fast_config, tpot_ms=20), sim_model)
     await worker.__aenter__()
     async with grpc.aio.insecure_channel(worker.address) as channel:
@@ -241,9 +233,7 @@ async def test_kv_events_subscription_resume_and_flush(channel: grpc.aio.Channel
     resumed.cancel()
 
 
-async def test_prefill_role_returns_kv_transfer_params(
-    fast_config: SimWorkerConfig, sim_model: SimModel
-) -> None:
+async def test_prefill_role_returns_kv_transfer_params(fast_config: SimWorkerConfig, sim_model: SimModel) -> None:
     async with (
         SimWorker(replace(fast_config, role="prefill"), sim_model) as worker,
         grpc.aio.insecure_channel(worker.address) as channel,

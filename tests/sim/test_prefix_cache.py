@@ -32,9 +32,7 @@ def test_first_admission_stores_the_prompt_and_misses() -> None:
     admission = cache.admit(prompt)
     assert admission.cached_tokens == 0
     h0, h1 = cache.block_hashes(prompt)
-    assert admission.events == (
-        BlocksStored((StoredBlock(h0, (0, 1, 2, 3)), StoredBlock(h1, (4, 5, 6, 7))), None, BS),
-    )
+    assert admission.events == (BlocksStored((StoredBlock(h0, (0, 1, 2, 3)), StoredBlock(h1, (4, 5, 6, 7))), None, BS),)
     assert cache.pinned_blocks == 2
     cache.release(admission.lease)
     assert cache.pinned_blocks == 0

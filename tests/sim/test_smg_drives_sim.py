@@ -77,9 +77,7 @@ async def wait_for_port(proc: subprocess.Popen[bytes], log: Path) -> int:
     pytest.fail(f"the simulated engine did not report its port within {START_TIMEOUT_S} s:\n{read_log(log)}")
 
 
-async def wait_until_ready(
-    http: aiohttp.ClientSession, base: str, proc: subprocess.Popen[bytes], log: Path
-) -> None:
+async def wait_until_ready(http: aiohttp.ClientSession, base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -154,9 +152,7 @@ async def test_smg_serves_openai_requests_from_the_sim(model_dir: Path, tmp_path
             text = "".join(
                 c["delta"].get("content") or "" for e in events for c in e.get("choices", []) if "delta" in c
             )
-            finishes = [
-                c["finish_reason"] for e in events for c in e.get("choices", []) if c.get("finish_reason")
-            ]
+            finishes = [c["finish_reason"] for e in events for c in e.get("choices", []) if c.get("finish_reason")]
             usage = [e["usage"] for e in events if e.get("usage")]
             assert text.strip()
             assert finishes == ["length"]
