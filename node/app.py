@@ -18,6 +18,8 @@ from aiohttp import web
 
 from node.config import NodeConfig
 from node.http.server import build_app
+from node.loop_monitor import LoopLagMonitor
+from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel, load_served_model
 from node.routing.round_robin import RoundRobin
@@ -51,9 +53,7 @@ async def run_node(
         raise ValueError("at least one worker is required (--worker grpc://host:port)")
     async with contextlib.AsyncExitStack() as stack:
         supervisor = Supervisor()
-        pool = WorkerPool(
-            config.workers, client_factory=client_factory, policy=RoundRobin(), supervisor=supervisor
-        )
+        pool = WorkerPool(config.workers, client_factory=client_factory, policy=RoundRobin(), supervisor=supervisor)
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
         stack.callback(cpu.close)
@@ -79,13 +79,15 @@ async def run_node(
         if info is not None and 0 < info.max_context_length < model.max_context_length:
             model = _with_context(model, info.max_context_length)
 
-        app = build_app(model=model, pool=pool, cpu=cpu, max_body_bytes=config.http.max_body_bytes)
+        metrics = NodeMetrics(pool)
+        supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        app = build_app(model=model, pool=pool, cpu=cpu, metrics=metrics, max_body_bytes=config.http.max_body_bytes)
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024)
+        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024, reuse_port=config.http.reuse_port)
         await site.start()
         port = _bound_port(runner)
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"

@@ -78,6 +78,14 @@ async def _serve_forever() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     config = load_node_config(args)
     setup_logging(config.log)
+    from node.processes import ProcessGroup, reserve_port, resolve_processes
+
+    count = resolve_processes(config.http.processes)
+    if count > 1:
+        port = config.http.port or reserve_port(config.http.host)
+        pinned = ["--processes", "1", "--reuse-port", "--port", str(port)]
+        print(f"smg-node starting {count} node processes on http://{config.http.host}:{port}", flush=True)
+        return ProcessGroup(argv=[*args.argv, *pinned], count=count, grace_s=config.http.shutdown_grace_s).run()
     from node.app import run_node
 
     async def main() -> None:
@@ -167,9 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run a gateway node in front of gRPC workers")
-    serve.add_argument(
-        "--config", metavar="FILE", help="YAML file of config keys (flags and env override it)"
-    )
+    serve.add_argument("--config", metavar="FILE", help="YAML file of config keys (flags and env override it)")
     for cls in NODE_COMPONENTS:
         configload.add_arguments(serve, cls, group=cls.__name__)
     serve.set_defaults(func=cmd_serve)
@@ -184,9 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from node.models.prepare import FAMILIES
 
-    demo = sub.add_parser(
-        "demo", help="a local node with simulated workers: the quickest way to try smg-node"
-    )
+    demo = sub.add_parser("demo", help="a local node with simulated workers: the quickest way to try smg-node")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000)
     demo.add_argument("--workers", type=int, default=DEMO_WORKERS, help="simulated workers to start")
@@ -210,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)
+    args.argv = raw  # the command line as given, for `serve --processes N` to start its children with
     from node.pipeline.model import ModelFolderError
     from node.pipeline.template import TemplateError
 

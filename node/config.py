@@ -29,11 +29,20 @@ class HttpConfig:
     shutdown_grace_s: float = field(
         default=5.0, metadata={"help": "how long in-flight requests may finish after SIGTERM"}
     )
+    processes: int = field(
+        default=0,
+        metadata={"help": "node processes sharing the HTTP port (SO_REUSEPORT); 0 = one per CPU core"},
+    )
+    reuse_port: bool = field(
+        default=False, metadata={"help": "bind the HTTP port with SO_REUSEPORT (set for each of --processes)"}
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         _positive("max_body_bytes", self.max_body_bytes)
+        if self.processes < 0:
+            raise ValueError(f"processes must be >= 0, got {self.processes}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +91,7 @@ class WorkerPoolConfig:
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    log_level: Literal["debug", "info", "warning", "error"] = field(
-        default="info", metadata={"help": "log level"}
-    )
+    log_level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata={"help": "log level"})
     log_format: LogFormat = field(default="text", metadata={"help": "log line format"})
 
 

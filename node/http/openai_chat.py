@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -14,7 +15,7 @@ from node.http.errors import error_object, read_json
 from node.http.openai_types import ChatCompletionRequest, ChatMessage
 from node.http.sse import DONE, ChunkFrames, frame, open_stream
 from node.pipeline.cpu import CpuPool
-from node.pipeline.generate import GenerateSpec, Generation, TextDelta
+from node.pipeline.generate import GenerateSpec, Generation, TextDelta, Usage
 from node.pipeline.served_model import ServedModel
 from node.pipeline.template import TemplateError
 from node.workers.pool import WorkerPool
@@ -75,7 +76,16 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 class ChatCompletions:
-    def __init__(self, *, model: ServedModel, pool: WorkerPool, cpu: CpuPool, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        model: ServedModel,
+        pool: WorkerPool,
+        cpu: CpuPool,
+        max_body_bytes: int,
+        on_usage: Callable[[Usage], None] = lambda usage: None,
+    ) -> None:
+        self._on_usage = on_usage
         self._model = model
         self._pool = pool
         self._cpu = cpu
@@ -161,6 +171,7 @@ class ChatCompletions:
                         reasons[d.index] = d.finish_reason
                     if req.logprobs:
                         logprobs[d.index].extend(self._token_text.chat_entry(lp, top_n) for lp in d.logprobs)
+        self._on_usage(gen.usage)
         body = {
             "id": rid,
             "object": "chat.completion",
@@ -223,6 +234,7 @@ class ChatCompletions:
                 await resp.write(frame({"error": error_object(exc)}))
                 await resp.write(DONE)
                 return resp
+        self._on_usage(gen.usage)
         if include_usage:
             await resp.write(frames.usage(common.usage_dict(gen.usage)))
         await resp.write(DONE)

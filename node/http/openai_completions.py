@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +100,16 @@ async def _merge(gens: list[Generation]) -> AsyncGenerator[tuple[int, list[TextD
 
 
 class Completions:
-    def __init__(self, *, model: ServedModel, pool: WorkerPool, cpu: CpuPool, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        model: ServedModel,
+        pool: WorkerPool,
+        cpu: CpuPool,
+        max_body_bytes: int,
+        on_usage: Callable[[Usage], None] = lambda usage: None,
+    ) -> None:
+        self._on_usage = on_usage
         self._model = model
         self._pool = pool
         self._cpu = cpu
@@ -203,13 +212,15 @@ class Completions:
                     "finish_reason": next((d.finish_reason for d in deltas if d.finish_reason), None),
                 }
             )
+        usage = self._usage(gens)
+        self._on_usage(usage)
         body = {
             "id": rid,
             "object": "text_completion",
             "created": common.now_s(),
             "model": self._model.name,
             "choices": choices,
-            "usage": common.usage_dict(self._usage(gens)),
+            "usage": common.usage_dict(usage),
             "system_fingerprint": None,
         }
         return web.Response(body=msgspec.json.encode(body), content_type="application/json")
@@ -262,7 +273,9 @@ class Completions:
                 await resp.write(frame({"error": error_object(exc)}))
                 await resp.write(DONE)
                 return resp
+        usage = self._usage(gens)
+        self._on_usage(usage)
         if include_usage:
-            await resp.write(frames.usage(common.usage_dict(self._usage(gens))))
+            await resp.write(frames.usage(common.usage_dict(usage)))
         await resp.write(DONE)
         return resp

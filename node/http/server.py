@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 from aiohttp import web
 
 from node.http.errors import error_body, error_middleware
 from node.http.openai_chat import ChatCompletions
 from node.http.openai_completions import Completions
+from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel
 from node.workers.pool import WorkerPool
@@ -17,11 +20,21 @@ def _json(obj: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=msgspec.json.encode(obj), content_type="application/json")
 
 
-def build_app(*, model: ServedModel, pool: WorkerPool, cpu: CpuPool, max_body_bytes: int) -> web.Application:
+def build_app(
+    *, model: ServedModel, pool: WorkerPool, cpu: CpuPool, metrics: NodeMetrics, max_body_bytes: int
+) -> web.Application:
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
-    app = web.Application(middlewares=[error_middleware], client_max_size=max_body_bytes + 1)
-    chat = ChatCompletions(model=model, pool=pool, cpu=cpu, max_body_bytes=max_body_bytes)
-    completions = Completions(model=model, pool=pool, cpu=cpu, max_body_bytes=max_body_bytes)
+    # The metrics middleware is outermost so it counts the status the error middleware produced.
+    app = web.Application(middlewares=[metrics.middleware(), error_middleware], client_max_size=max_body_bytes + 1)
+    api = {
+        "model": model,
+        "pool": pool,
+        "cpu": cpu,
+        "max_body_bytes": max_body_bytes,
+        "on_usage": metrics.observe_usage,
+    }
+    chat = ChatCompletions(**api)  # type: ignore[arg-type]
+    completions = Completions(**api)  # type: ignore[arg-type]
 
     async def list_models(request: web.Request) -> web.Response:
         return _json(
@@ -55,7 +68,7 @@ def build_app(*, model: ServedModel, pool: WorkerPool, cpu: CpuPool, max_body_by
         return _json({"id": model.name, "object": "model", "created": model.created, "owned_by": "smg-node"})
 
     async def health(request: web.Request) -> web.Response:
-        return _json({"status": "ok"})
+        return _json({"status": "ok", "pid": os.getpid()})
 
     async def readiness(request: web.Request) -> web.Response:
         healthy = pool.healthy()
@@ -80,4 +93,5 @@ def build_app(*, model: ServedModel, pool: WorkerPool, cpu: CpuPool, max_body_by
     app.router.add_get("/v1/models/{name:.+}", get_model)
     app.router.add_get("/health", health)
     app.router.add_get("/readiness", readiness)
+    app.router.add_get("/metrics", metrics.handle)
     return app

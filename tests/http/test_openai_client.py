@@ -185,3 +185,17 @@ async def test_completions_streaming(cluster: Cluster) -> None:
 async def test_models_endpoint(cluster: Cluster) -> None:
     models = await cluster.client.models.list()
     assert [m.id for m in models.data] == [cluster.model]
+
+
+async def test_metrics_count_requests_tokens_and_loop_lag(cluster: Cluster) -> None:
+    import aiohttp
+
+    await cluster.client.completions.create(model=cluster.model, prompt="Hi", max_tokens=3)
+    async with aiohttp.ClientSession() as session, session.get(cluster.node.url + "/metrics") as resp:
+        text = await resp.text()
+    assert resp.status == 200
+    assert 'smg_node_http_requests_total{route="/v1/completions",status="200"}' in text
+    assert "smg_node_event_loop_lag_seconds_bucket" in text
+    assert 'smg_node_worker_healthy{worker="grpc://127.0.0.1:' in text
+    completion = next(line for line in text.splitlines() if line.startswith('smg_node_tokens_total{kind="completion"}'))
+    assert float(completion.split()[-1]) >= 3

@@ -77,3 +77,34 @@ def test_worker_killed_mid_stream_ends_the_stream_with_an_error(two_processes: P
         client.chat.completions.create(model="llama3", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     assert status.value.status_code == 503
     assert time.monotonic() - started < 5, "no healthy worker fails fast"
+
+
+def _pids(url: str, tries: int = 60) -> set[int]:
+    """PIDs answering /health: new connections are spread over the processes sharing the port."""
+    import json
+    import urllib.request
+
+    seen: set[int] = set()
+    for _ in range(tries):
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            seen.add(int(json.loads(resp.read())["pid"]))
+    return seen
+
+
+def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: Path, tmp_path: Path) -> None:
+    sim_port, http_port = free_port(), free_port()
+    sim_args = [*SMG_NODE, "sim-worker", "--port", str(sim_port), "--model-path", str(llama3_model_dir)]
+    node_args = [*SMG_NODE, "serve", "--port", str(http_port), "--model-path", str(llama3_model_dir)]
+    node_args += ["--worker", f"grpc://127.0.0.1:{sim_port}", "--processes", "2"]
+    url = f"http://127.0.0.1:{http_port}"
+    with process(sim_args, log=tmp_path / "sim.log"), process(node_args, log=tmp_path / "node.log"):
+        wait_until(lambda: http_status(url + "/readiness") == 200, timeout_s=60, what="node readiness")
+        wait_until(lambda: len(_pids(url, 20)) == 2, timeout_s=60, what="both processes serving")
+        first = _pids(url)
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+        # The survivor keeps answering meanwhile; the supervisor starts a replacement.
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=2, timeout=30)
+        r = client.completions.create(model="llama3", prompt="hi", max_tokens=3)
+        assert r.choices[0].text
+        wait_until(lambda: len(_pids(url, 20) - {victim}) == 2, timeout_s=60, what="a replacement process")

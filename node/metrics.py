@@ -1,0 +1,81 @@
+"""Prometheus metrics of one node process: a registry per node (no module-level state), served at /metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from node.pipeline.generate import Usage
+from node.workers.pool import WorkerPool
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Route patterns are the label, never raw paths: a client cannot blow up the label cardinality.
+_UNMATCHED = "unmatched"
+
+
+class _WorkerCollector(Collector):
+    """Worker state read at scrape time, so the numbers are never stale copies."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        healthy = GaugeMetricFamily("smg_node_worker_healthy", "1 if the worker is in rotation.", labels=["worker"])
+        in_flight = GaugeMetricFamily(
+            "smg_node_worker_in_flight_requests", "Requests this node has on the worker.", labels=["worker"]
+        )
+        for w in self._pool.workers:
+            healthy.add_metric([w.url], 1.0 if w.healthy else 0.0)
+            in_flight.add_metric([w.url], float(w.in_flight))
+        yield healthy
+        yield in_flight
+
+
+class NodeMetrics:
+    def __init__(self, pool: WorkerPool) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "smg_node_http_requests",
+            "HTTP requests by route and status.",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "smg_node_http_in_flight_requests", "HTTP requests being served.", registry=self.registry
+        )
+        self.tokens = Counter("smg_node_tokens", "Tokens of answered requests.", ["kind"], registry=self.registry)
+        self.cached_tokens = self.tokens.labels("cached_prompt")
+        self.prompt_tokens = self.tokens.labels("prompt")
+        self.completion_tokens = self.tokens.labels("completion")
+        self.registry.register(_WorkerCollector(pool))
+
+    def observe_usage(self, usage: Usage) -> None:
+        self.prompt_tokens.inc(usage.prompt_tokens)
+        self.completion_tokens.inc(usage.completion_tokens)
+        self.cached_tokens.inc(usage.cached_tokens)
+
+    def middleware(self) -> Middleware:
+        @web.middleware
+        async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+            info = request.match_info.route.resource
+            route = info.canonical if info is not None else _UNMATCHED
+            self.in_flight.inc()
+            status = 499  # the client went away before an answer (nginx's convention)
+            try:
+                resp = await handler(request)
+                status = resp.status
+                return resp
+            finally:
+                self.in_flight.dec()
+                self.requests.labels(route, str(status)).inc()
+
+        return count
+
+    async def handle(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")

@@ -1,0 +1,109 @@
+"""Several node processes on one host sharing the HTTP port (SO_REUSEPORT): the kernel spreads connections.
+
+Python runs one thread of bytecode at a time per process; N full node processes use N cores. The parent only
+supervises: it starts the children (each a complete `smg-node serve` with `--processes 1 --reuse-port`),
+restarts one that dies (with backoff), and on SIGTERM/SIGINT forwards the signal and waits for them to drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+log = logging.getLogger(__name__)
+
+RESTART_BACKOFF_MIN_S = 0.5
+RESTART_BACKOFF_MAX_S = 30.0
+# A child that ran this long before dying is treated as healthy: its restart backoff starts over.
+STABLE_AFTER_S = 60.0
+POLL_S = 0.2
+
+
+def resolve_processes(requested: int) -> int:
+    return requested if requested > 0 else max(1, os.cpu_count() or 1)
+
+
+def reserve_port(host: str) -> int:
+    """A free port for ``--port 0``: every child must bind the same concrete port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class _Child:
+    index: int
+    proc: subprocess.Popen[bytes]
+    started: float
+    backoff_s: float = RESTART_BACKOFF_MIN_S
+    restart_at: float | None = None
+
+
+@dataclass
+class ProcessGroup:
+    """Supervises ``count`` children running ``argv`` (the same command line, pinned to one process each)."""
+
+    argv: Sequence[str]
+    count: int
+    grace_s: float
+    _children: list[_Child] = field(default_factory=list)
+    _stopping: bool = False
+
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "SMG_NODE_PROCESS_INDEX": str(index)}
+        return subprocess.Popen([sys.executable, "-m", "node.cli", *self.argv], env=env)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping = True
+
+    def run(self) -> int:
+        """Run until a signal asks to stop; returns the exit code for the parent process."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        now = time.monotonic()
+        self._children = [_Child(k, self._spawn(k), now) for k in range(self.count)]
+        try:
+            while not self._stopping:
+                time.sleep(POLL_S)
+                self._reap_and_restart()
+        finally:
+            self._stop_all()
+        return 0
+
+    def _reap_and_restart(self) -> None:
+        now = time.monotonic()
+        for child in self._children:
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.proc, child.started, child.restart_at = self._spawn(child.index), now, None
+                continue
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if now - child.started > STABLE_AFTER_S:
+                child.backoff_s = RESTART_BACKOFF_MIN_S
+            log.error("node process %d exited with %s; restarting in %.1f s", child.index, code, child.backoff_s)
+            child.restart_at = now + child.backoff_s
+            child.backoff_s = min(child.backoff_s * 2, RESTART_BACKOFF_MAX_S)
+
+    def _stop_all(self) -> None:
+        live = [c.proc for c in self._children if c.restart_at is None and c.proc.poll() is None]
+        for proc in live:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s + 5.0
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
