@@ -85,8 +85,7 @@ async def cleanup(config: StorageConfig) -> None:
         conn = await asyncpg.connect(config.postgres_url)
         try:
             tables = await conn.fetch(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-                " AND starts_with(tablename, $1)",
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)",
                 config.table_prefix,
             )
             for row in tables:
@@ -104,9 +103,7 @@ async def cleanup(config: StorageConfig) -> None:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="memory,redis,postgres")
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=32)

@@ -1,0 +1,43 @@
+"""SWIM membership with Lifeguard for the smg-node mesh: a sans-IO core (:class:`Swim`) and an asyncio
+shell (:class:`Mesh`). Knows nothing of LLMs; see mesh/README.md for the design and wire format."""
+
+from mesh.config import MeshConfig
+from mesh.delegate import Delegate, EventDelegate, NullDelegate, NullEvents
+from mesh.errors import (
+    DecodeError,
+    DecryptError,
+    JoinError,
+    KeyringError,
+    MeshError,
+    MeshStateError,
+    RemoteProtocolError,
+    TransportError,
+)
+from mesh.keyring import Keyring
+from mesh.member import Member, MemberState, NodeMeta
+from mesh.metrics import MeshMetrics
+from mesh.runtime import Mesh
+from mesh.swim import Swim
+
+__all__ = [
+    "DecodeError",
+    "DecryptError",
+    "Delegate",
+    "EventDelegate",
+    "JoinError",
+    "Keyring",
+    "KeyringError",
+    "Member",
+    "MemberState",
+    "Mesh",
+    "MeshConfig",
+    "MeshError",
+    "MeshMetrics",
+    "MeshStateError",
+    "NodeMeta",
+    "NullDelegate",
+    "NullEvents",
+    "RemoteProtocolError",
+    "Swim",
+    "TransportError",
+]

@@ -158,9 +158,7 @@ class ResponseStore(Protocol):
 
 
 class ConversationStore(Protocol):
-    async def create(
-        self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()
-    ) -> Conversation:
+    async def create(self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()) -> Conversation:
         """Create a conversation with up to MAX_ITEMS_PER_ADD initial items, atomically.
 
         Raises Conflict (id exists), InvalidInput, StorageUnavailable.
@@ -171,9 +169,7 @@ class ConversationStore(Protocol):
         """Raises NotFound, InvalidInput, StorageUnavailable."""
         ...
 
-    async def update_metadata(
-        self, tenant: str, conversation_id: str, metadata: Mapping[str, str]
-    ) -> Conversation:
+    async def update_metadata(self, tenant: str, conversation_id: str, metadata: Mapping[str, str]) -> Conversation:
         """Replace the metadata. Raises NotFound, InvalidInput, StorageUnavailable."""
         ...
 

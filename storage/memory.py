@@ -211,9 +211,7 @@ class MemoryResponseStore:
         )
         if conv is not None and response.conversation_id is not None:
             conv.append((*inputs, *output))
-            s.wrote(
-                (("r", tenant, response.id), weight), (("c", tenant, response.conversation_id), conv_weight)
-            )
+            s.wrote((("r", tenant, response.id), weight), (("c", tenant, response.conversation_id), conv_weight))
         else:
             s.wrote((("r", tenant, response.id), weight))
 
@@ -285,9 +283,7 @@ class MemoryConversationStore:
         self._s.touch(("c", tenant, conversation_id))
         return conv
 
-    async def create(
-        self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()
-    ) -> Conversation:
+    async def create(self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()) -> Conversation:
         validation.check_tenant(tenant)
         validation.check_record_id("conversation", conversation.id)
         validation.check_metadata(conversation.metadata)
@@ -307,9 +303,7 @@ class MemoryConversationStore:
     async def get(self, tenant: str, conversation_id: str) -> Conversation:
         return self._get(tenant, conversation_id).header(conversation_id)
 
-    async def update_metadata(
-        self, tenant: str, conversation_id: str, metadata: Mapping[str, str]
-    ) -> Conversation:
+    async def update_metadata(self, tenant: str, conversation_id: str, metadata: Mapping[str, str]) -> Conversation:
         validation.check_metadata(metadata)
         conv = self._get(tenant, conversation_id)
         conv.metadata = dict(metadata)
@@ -368,9 +362,7 @@ class MemoryConversationStore:
         self._s.wrote((("c", tenant, conversation_id), 1 + len(conv.seqs)))
 
 
-def memory_stores(
-    *, max_items: int, retention_s: float, clock: Callable[[], float] = time.monotonic
-) -> Stores:
+def memory_stores(*, max_items: int, retention_s: float, clock: Callable[[], float] = time.monotonic) -> Stores:
     """Both stores over one shared state (put() may append to a conversation). `clock` is monotonic
     seconds, injectable so tests can age entries without sleeping."""
     state = _State(max_items=max_items, retention_s=retention_s, clock=clock)

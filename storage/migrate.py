@@ -82,9 +82,7 @@ async def migrate(
         for m in pending:
             if m.version in applied:
                 if applied[m.version] != m.checksum:
-                    raise MigrationError(
-                        f"migration {m.version:04d}_{m.name} was edited after it was applied"
-                    )
+                    raise MigrationError(f"migration {m.version:04d}_{m.name} was edited after it was applied")
                 continue
             async with conn.transaction():
                 await conn.execute(m.sql(table_prefix), timeout=timeout_s)

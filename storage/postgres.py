@@ -110,9 +110,7 @@ class _Database:
             return
         try:
             async with self._pool.acquire(timeout=self._config.connect_timeout_s) as conn:
-                applied = await migrate(
-                    conn, self._config.table_prefix, timeout_s=self._config.migration_timeout_s
-                )
+                applied = await migrate(conn, self._config.table_prefix, timeout_s=self._config.migration_timeout_s)
         except _UNAVAILABLE as exc:
             raise StorageUnavailable(f"postgres unavailable: {exc!r}") from exc
         if applied:
@@ -327,9 +325,7 @@ class PostgresResponseStore:
         if oldest["previous_response_id"] is not None:
             if oldest["depth"] == max_depth:
                 raise InvalidInput(f"previous_response_id chain is deeper than {max_depth}")
-            raise NotFound(
-                f"previous response {oldest['previous_response_id']!r} in the chain no longer exists"
-            )
+            raise NotFound(f"previous response {oldest['previous_response_id']!r} in the chain no longer exists")
         by_response: dict[str, list[Item]] = {}
         for row in inputs:
             by_response.setdefault(row[0], []).append(codec.item_from_text(row[1]))
@@ -369,12 +365,9 @@ class PostgresConversationStore:
             " VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT DO NOTHING RETURNING 1"
         )
         self._sql_items = _conv_items_insert(t.items)
-        self._sql_get = (
-            f"SELECT created_at, metadata::text FROM {t.conversations} WHERE tenant = $1 AND id = $2"
-        )
+        self._sql_get = f"SELECT created_at, metadata::text FROM {t.conversations} WHERE tenant = $1 AND id = $2"
         self._sql_update = (
-            f"UPDATE {t.conversations} SET metadata = $3::jsonb"
-            " WHERE tenant = $1 AND id = $2 RETURNING created_at"
+            f"UPDATE {t.conversations} SET metadata = $3::jsonb WHERE tenant = $1 AND id = $2 RETURNING created_at"
         )
         self._sql_delete = f"DELETE FROM {t.conversations} WHERE tenant = $1 AND id = $2 RETURNING 1"
         self._sql_bump = (
@@ -403,9 +396,7 @@ class PostgresConversationStore:
         validation.check_tenant(tenant)
         validation.check_record_id("conversation", conversation_id)
 
-    async def create(
-        self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()
-    ) -> Conversation:
+    async def create(self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()) -> Conversation:
         self._check(tenant, conversation.id)
         validation.check_metadata(conversation.metadata)
         validation.check_added_items(items, allow_empty=True)
@@ -434,9 +425,7 @@ class PostgresConversationStore:
             raise NotFound(f"conversation {conversation_id!r} not found")
         return Conversation(conversation_id, int(row[0]), codec.metadata_from_text(row[1]))
 
-    async def update_metadata(
-        self, tenant: str, conversation_id: str, metadata: Mapping[str, str]
-    ) -> Conversation:
+    async def update_metadata(self, tenant: str, conversation_id: str, metadata: Mapping[str, str]) -> Conversation:
         self._check(tenant, conversation_id)
         validation.check_metadata(metadata)
         meta = codec.dumps(metadata)
@@ -532,9 +521,7 @@ class PostgresConversationStore:
 
 
 @asynccontextmanager
-async def open_postgres_stores(
-    config: StorageConfig, *, rng: random.Random | None = None
-) -> AsyncIterator[Stores]:
+async def open_postgres_stores(config: StorageConfig, *, rng: random.Random | None = None) -> AsyncIterator[Stores]:
     """Open the pool and migrate. With postgres_pool_min_size=0 (default) this succeeds while Postgres
     is down and calls raise StorageUnavailable until it is back. Raises StorageUnavailable (pool with
     min_size > 0 cannot connect), MigrationError."""

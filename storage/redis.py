@@ -366,11 +366,7 @@ def _record(response_id: str, doc_text: str) -> ResponseRecord:
         doc.get("previous_response_id"),
         doc.get("conversation_id"),
     )
-    if (
-        not isinstance(created_at, int)
-        or not isinstance(prev, str | None)
-        or not isinstance(conv, str | None)
-    ):
+    if not isinstance(created_at, int) or not isinstance(prev, str | None) or not isinstance(conv, str | None):
         raise StorageError(f"stored response {response_id!r} is malformed")
     return ResponseRecord(
         id=response_id,
@@ -394,9 +390,7 @@ class RedisConversationStore:
         self._list = client.register_script(_LIST_ITEMS)
         self._delete_item = client.register_script(_DELETE_ITEM)
 
-    async def create(
-        self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()
-    ) -> Conversation:
+    async def create(self, tenant: str, conversation: Conversation, items: Sequence[Item] = ()) -> Conversation:
         keys = _Keys(self._prefix, tenant).conversation(conversation.id)
         validation.check_metadata(conversation.metadata)
         validation.check_added_items(items, allow_empty=True)
@@ -418,9 +412,7 @@ class RedisConversationStore:
             raise NotFound(f"conversation {conversation_id!r} not found")
         return Conversation(conversation_id, int(created), codec.metadata_from_text(meta))
 
-    async def update_metadata(
-        self, tenant: str, conversation_id: str, metadata: Mapping[str, str]
-    ) -> Conversation:
+    async def update_metadata(self, tenant: str, conversation_id: str, metadata: Mapping[str, str]) -> Conversation:
         keys = _Keys(self._prefix, tenant).conversation(conversation_id)
         validation.check_metadata(metadata)
         created = await _call(self._update(keys=keys, args=[self._ttl_ms, codec.dumps(metadata)]))

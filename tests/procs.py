@@ -50,9 +50,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 @contextlib.contextmanager
-def process(
-    args: Sequence[str], *, log: Path, env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
+def process(args: Sequence[str], *, log: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``args``, output to ``log``; on exit SIGKILL its whole process group (bounded, no leftovers)."""
     with log.open("wb") as out:
         proc = subprocess.Popen(

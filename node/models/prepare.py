@@ -174,9 +174,7 @@ def prepare_model(family: Family, out_dir: Path) -> Path:
         tokenizer = _json_object(tokenizer_bytes)
         added_tokens = _added_tokens(tokenizer)
         package_config = (
-            _json_object((source / "tokenizer_config.json").read_bytes())
-            if spec.uses_package_tokenizer_config
-            else {}
+            _json_object((source / "tokenizer_config.json").read_bytes()) if spec.uses_package_tokenizer_config else {}
         )
         if spec.bos_post_processor and not _has_template_step(tokenizer.get("post_processor")):
             tokenizer["post_processor"] = _with_bos(tokenizer.get("post_processor"), added_tokens)
@@ -253,8 +251,7 @@ def _json_object(data: bytes) -> dict[str, object]:
 def _added_tokens(tokenizer: Mapping[str, object]) -> list[dict[str, object]]:
     tokens = tokenizer.get("added_tokens")
     if not isinstance(tokens, list) or not all(
-        isinstance(t, dict) and isinstance(t.get("id"), int) and isinstance(t.get("content"), str)
-        for t in tokens
+        isinstance(t, dict) and isinstance(t.get("id"), int) and isinstance(t.get("content"), str) for t in tokens
     ):
         raise ValueError("tokenizer.json has no valid 'added_tokens' list")
     return tokens

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
+from operator import le, methodcaller
 from typing import Any, Final
 
 import tiktoken
@@ -172,11 +174,11 @@ def _merge_order_problem(merges: Sequence[Any], vocab: Mapping[str, int]) -> str
     if not merges:
         return "no merges"
     # Merges are "left right" strings (byte-level tokens contain no spaces) or [left, right] pairs.
-    merged = [m.replace(" ", "") for m in merges] if isinstance(merges[0], str) else ["".join(m) for m in merges]
+    joined = map(methodcaller("replace", " ", ""), merges) if isinstance(merges[0], str) else map("".join, merges)
     try:
-        ids = [vocab[token] for token in merged]
+        ids = list(map(vocab.__getitem__, joined))
     except KeyError as exc:
         return f"merge result {exc.args[0]!r} is not in the vocabulary"
-    if any(a > b for a, b in zip(ids, ids[1:], strict=False)):
+    if not all(map(le, ids, islice(ids, 1, None))):
         return "merge priority differs from token rank"
     return None

@@ -1,31 +1,94 @@
-"""The gateway's tokenizer: a thin, typed face over Hugging Face ``tokenizers`` loaded from tokenizer.json.
+"""The gateway's tokenizer: a typed face over Hugging Face ``tokenizers`` loaded from tokenizer.json, with
+a faster exact encoder and a cache behind the same `Tokenizer.encode`.
 
-`Tokenizer.encode` is the single choke point for text -> ids; faster paths (a tiktoken BPE, caches) slot in
-behind it later and must stay id-identical to the Hugging Face result.
+`Tokenizer.encode` is the single choke point for text -> ids. Whatever runs behind it returns exactly the
+ids Hugging Face returns; each shortcut is established when the tokenizer loads and skipped otherwise:
+
+- a tiktoken encoder (`bpe_fast`) for byte-level BPE vocabularies whose merge priority equals token rank,
+  verified structurally and on a probe corpus (`probe_corpus`);
+- the post-processor reduced to constant ids around the text (`encode_rules.post_processor_affixes`);
+- a two-level cache (`token_cache`): exact texts, and prefixes cut after added tokens where
+  `encode_rules.segmentation_hazard` finds cutting exact.
+`Tokenizer.encode_path` says which were taken and why not.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tokenizers
 
+from node.pipeline import bpe_fast
+from node.pipeline.encode_rules import (
+    normalizer_is_identity,
+    post_processor_affixes,
+    read_added_tokens,
+    segmentation_hazard,
+)
 from node.pipeline.model import ModelFolderError
+from node.pipeline.probe_corpus import probe_texts
+from node.pipeline.special_tokens import AddedTokenMatcher
+from node.pipeline.token_cache import (
+    CachedEncoder,
+    SegmentRules,
+    TokenCache,
+    TokenCacheStats,
+    TokenizerCacheConfig,
+)
 
 TOKENIZER_FILE = "tokenizer.json"
-# encode_batch_fast skips offset tracking (~2x faster); older tokenizers releases lack it.
+# encode_batch_fast skips offset tracking (~2x faster) and releases the GIL; older releases lack it.
 _HAS_FAST_BATCH = hasattr(tokenizers.Tokenizer, "encode_batch_fast")
+_DEFAULT_CACHE = TokenizerCacheConfig()
+# A post-processor that adds ids around the text shows it on any text; a few probes suffice.
+_AFFIX_PROBES = 12
+# The hazard check encodes each piece of a probe separately; texts with more cuts add time, not coverage.
+_MAX_PROBE_CUTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class EncodePath:
+    """How `Tokenizer.encode` runs for one tokenizer, decided at load (log it at startup)."""
+
+    encoder: str  # "tiktoken" or "huggingface"
+    encoder_reason: str | None  # why not tiktoken; None when it is used (or was not requested)
+    prefix_cache: bool  # L1 active
+    prefix_cache_reason: str | None  # why L1 is off for this tokenizer, when the cache is on
 
 
 class Tokenizer:
-    """Encodes and decodes with one vocabulary. Immutable after construction and safe to share across
-    threads (the underlying Rust tokenizer takes ``&self`` for encode/decode)."""
+    """Encodes and decodes with one vocabulary. Immutable after construction apart from its cache, and
+    safe to share across threads (the Rust tokenizer and tiktoken take ``&self``; the cache locks)."""
 
-    __slots__ = ("_raw", "fingerprint", "special_token_ids", "vocab_size")
+    __slots__ = (
+        "_affixes",
+        "_cache",
+        "_cached",
+        "_fast",
+        "_raw",
+        "encode_path",
+        "fingerprint",
+        "special_token_ids",
+        "vocab_size",
+    )
 
-    def __init__(self, raw: tokenizers.Tokenizer, *, fingerprint: str) -> None:
+    def __init__(
+        self,
+        raw: tokenizers.Tokenizer,
+        *,
+        fingerprint: str,
+        definition: Mapping[str, Any] | None = None,
+        cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE,
+        fast: bool = True,
+    ) -> None:
+        """``definition`` is the parsed tokenizer.json (re-read from ``raw`` if omitted). ``cache`` is a
+        config (a private cache) or a `TokenCache` shared with other tokenizers; None disables caching.
+        ``fast=False`` keeps Hugging Face as the encoder."""
         self._raw = raw
         # Identifies the vocabulary and its rules: two tokenizers with the same fingerprint produce the
         # same ids, so token-level caches and KV-aware routing may key on it.
@@ -34,9 +97,57 @@ class Tokenizer:
         self.special_token_ids: frozenset[int] = frozenset(
             token_id for token_id, token in raw.get_added_tokens_decoder().items() if token.special
         )
+        spec = definition if definition is not None else json.loads(raw.to_str())
+        added = read_added_tokens(raw)
+        probes = probe_texts(t.content for t in added)
+        self._affixes = post_processor_affixes(spec, self._hf_encode, probes[:_AFFIX_PROBES])
+
+        self._fast: bpe_fast.FastBpeEncoder | None = None
+        encoder_reason: str | None = None
+        if fast:
+            built = self._build_fast(spec, added, probes)
+            if isinstance(built, str):
+                encoder_reason = built
+            else:
+                self._fast = built
+
+        self._cache = TokenCache(cache) if isinstance(cache, TokenizerCacheConfig) else cache
+        self._cached: CachedEncoder | None = None
+        hazard: str | None = None
+        if self._cache is not None:
+            matcher = AddedTokenMatcher(added, second_pass=normalizer_is_identity(spec))
+            hazard = segmentation_hazard(
+                spec,
+                raw,
+                matcher,
+                self._affixes,
+                self._hf_encode,
+                [p for p in probes if len(matcher.boundaries(p)) <= _MAX_PROBE_CUTS],
+            )
+            rules = (
+                None if hazard is not None or self._affixes is None else SegmentRules(matcher.boundaries, self._affixes)
+            )
+            self._cached = CachedEncoder(self._cache, fingerprint=fingerprint, encode=self._encode, rules=rules)
+        self.encode_path = EncodePath(
+            encoder="tiktoken" if self._fast is not None else "huggingface",
+            encoder_reason=encoder_reason,
+            prefix_cache=self._cached is not None and self._cached.prefix_cache_active,
+            prefix_cache_reason=hazard,
+        )
+
+    def _build_fast(
+        self, spec: Mapping[str, Any], added: Sequence[Any], probes: Sequence[str]
+    ) -> bpe_fast.FastBpeEncoder | str:
+        if self._affixes is None:
+            return "the post-processor does more than add ids around the text"
+        if self._raw.truncation is not None or self._raw.padding is not None:
+            return "truncation or padding is configured"
+        return bpe_fast.build(spec, added, lambda text: self._hf_encode(text, False), probes)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Tokenizer:
+    def from_bytes(
+        cls, data: bytes, *, cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE, fast: bool = True
+    ) -> Tokenizer:
         """Build from the contents of a tokenizer.json.
 
         Raises:
@@ -46,10 +157,17 @@ class Tokenizer:
             raw = tokenizers.Tokenizer.from_buffer(data)
         except Exception as exc:  # the binding raises a bare Exception for every parse failure
             raise ValueError(f"not a valid tokenizer definition: {exc}") from exc
-        return cls(raw, fingerprint=hashlib.sha256(data).hexdigest())
+        definition = json.loads(data)  # valid JSON: the binding just parsed it
+        return cls(raw, fingerprint=hashlib.sha256(data).hexdigest(), definition=definition, cache=cache, fast=fast)
 
     @classmethod
-    def from_file(cls, path: Path) -> Tokenizer:
+    def from_file(
+        cls,
+        path: Path,
+        *,
+        cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE,
+        fast: bool = True,
+    ) -> Tokenizer:
         """Load a tokenizer.json file, or the one inside a model folder if ``path`` is a directory.
 
         Raises:
@@ -61,7 +179,7 @@ class Tokenizer:
         except OSError as exc:
             raise ModelFolderError(file, f"cannot read: {exc.strerror or exc}") from exc
         try:
-            return cls.from_bytes(data)
+            return cls.from_bytes(data, cache=cache, fast=fast)
         except ValueError as exc:
             raise ModelFolderError(file, str(exc)) from exc
 
@@ -71,18 +189,31 @@ class Tokenizer:
         return self._raw
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        """Ids for ``text``. ``add_special_tokens`` applies the tokenizer's post-processor (e.g. a leading
-        BOS); pass False for text rendered by a chat template, which already contains its special tokens."""
-        return self._raw.encode(text, add_special_tokens=add_special_tokens).ids
+        """Ids for ``text``, identical to Hugging Face's. ``add_special_tokens`` applies the tokenizer's
+        post-processor (e.g. a leading BOS); pass False for text rendered by a chat template, which
+        already contains its special tokens. Added-token text inside ``text`` always becomes their ids.
+
+        Raises:
+            TypeError: ``text`` is not encodable (Hugging Face rejects lone surrogates).
+        """
+        if self._cached is not None:
+            return self._cached.encode(text, add_special_tokens)
+        return self._encode(text, add_special_tokens)
+
+    def encode_uncached(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        """`encode` bypassing the cache (same ids; for benchmarks and checks)."""
+        return self._encode(text, add_special_tokens)
 
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool) -> list[list[int]]:
-        """``[encode(t) for t in texts]``, computed in parallel (same ids, by contract)."""
-        batch = list(texts)
-        if _HAS_FAST_BATCH:
-            encodings = self._raw.encode_batch_fast(batch, add_special_tokens=add_special_tokens)
-        else:
-            encodings = self._raw.encode_batch(batch, add_special_tokens=add_special_tokens)
-        return [encoding.ids for encoding in encodings]
+        """``[encode(t) for t in texts]``: through the fast encoder and cache when present, else in
+        parallel by Hugging Face (same ids, by contract)."""
+        if self._fast is not None or self._cached is not None:
+            return [self.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+        return self._hf_encode_batch(list(texts), add_special_tokens)
+
+    def cache_stats(self) -> TokenCacheStats | None:
+        """Hit/miss/size counters of the cache behind this tokenizer (shared caches count all users)."""
+        return self._cache.stats() if self._cache is not None else None
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
         """Text for ``ids``; ``skip_special_tokens`` drops the ids in `special_token_ids`."""
@@ -95,3 +226,24 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         """The token string of one id, or None if the id is out of range."""
         return self._raw.id_to_token(token_id)
+
+    # --- encoders behind the cache ---
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        if self._fast is None:
+            return self._hf_encode(text, add_special_tokens)
+        ids = self._fast.encode(text)
+        if add_special_tokens:
+            assert self._affixes is not None  # the fast path requires known affixes
+            return self._affixes.wrap(ids)
+        return ids
+
+    def _hf_encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        return self._hf_encode_batch([text], add_special_tokens)[0]
+
+    def _hf_encode_batch(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+        if _HAS_FAST_BATCH:
+            encodings = self._raw.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+        else:
+            encodings = self._raw.encode_batch(texts, add_special_tokens=add_special_tokens)
+        return [encoding.ids for encoding in encodings]

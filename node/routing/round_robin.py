@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from node.routing.policy import C, RouteRequest
+from node.routing.policy import C, RouteRequest, Stateless
 
 
-class RoundRobin:
+class RoundRobin(Stateless):
     name = "round_robin"
 
     def __init__(self) -> None:

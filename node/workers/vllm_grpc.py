@@ -89,13 +89,9 @@ def _output(resp: Any) -> WorkerOutput:
             completion_tokens=c.completion_tokens,
             cached_tokens=c.cached_tokens,
             finish_reason=reason,
-            matched_token_id=c.matched_token_id
-            if c.WhichOneof("matched_stop") == "matched_token_id"
-            else None,
+            matched_token_id=c.matched_token_id if c.WhichOneof("matched_stop") == "matched_token_id" else None,
             logprobs=_logprobs(c.output_logprobs) if c.HasField("output_logprobs") else None,
-            kv_transfer_params_json=(
-                c.kv_transfer_params_json if c.HasField("kv_transfer_params_json") else None
-            ),
+            kv_transfer_params_json=(c.kv_transfer_params_json if c.HasField("kv_transfer_params_json") else None),
         )
     raise WorkerFailed(f"the worker sent an empty Generate response ({kind!r})")
 

@@ -126,9 +126,7 @@ def run(name: str, chunks: list[list[int]], skip: bool, prompt: Sequence[int] = 
 @pytest.mark.parametrize("name", TOKENIZERS)
 @TOKENIZER_SETTINGS
 @given(data=st.data())
-def test_text_streams_exactly_and_never_splits_a_character(
-    name: str, skip: bool, data: st.DataObject
-) -> None:
+def test_text_streams_exactly_and_never_splits_a_character(name: str, skip: bool, data: st.DataObject) -> None:
     ids = data.draw(text_ids(name))
     deltas = run(name, data.draw(chunkings(ids)), skip)
     # The ids encode valid text, so any U+FFFD would be half of a character split across tokens.
@@ -231,9 +229,7 @@ def test_prompt_ending_mid_character_is_not_used_as_context(
 ) -> None:
     # The character straddling prompt and output has no right answer; what matters is that neither prompt
     # text leaks nor the stream stalls.
-    detok = IncrementalDetokenizer(
-        TOKENIZERS[name](), skip_special_tokens=True, prompt_ids=ids_of(name, *prompt)
-    )
+    detok = IncrementalDetokenizer(TOKENIZERS[name](), skip_special_tokens=True, prompt_ids=ids_of(name, *prompt))
     assert detok.step(ids_of(name, *generated)) == expected
 
 

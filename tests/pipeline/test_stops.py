@@ -43,9 +43,7 @@ def held_back(consumed: str, stops: list[str]) -> int:
 
 @settings(max_examples=300)
 @given(data=st.data(), text=texts, stops=stop_lists, include=st.booleans())
-def test_any_chunking_matches_the_reference(
-    data: st.DataObject, text: str, stops: list[str], include: bool
-) -> None:
+def test_any_chunking_matches_the_reference(data: st.DataObject, text: str, stops: list[str], include: bool) -> None:
     chunks = data.draw(chunkings(text))
     match = reference(text, stops)
     matcher = StopMatcher(stops, include_stop_str=include)

@@ -73,9 +73,7 @@ def test_llama3_multi_turn_trims_and_closes_turns(llama3: ChatTemplate) -> None:
 
 
 @pytest.mark.parametrize(("family", "bos_id"), [("llama3", 128000), ("deepseek", 0)])
-def test_rendered_prompt_has_exactly_one_bos(
-    family: str, bos_id: int, request: pytest.FixtureRequest
-) -> None:
+def test_rendered_prompt_has_exactly_one_bos(family: str, bos_id: int, request: pytest.FixtureRequest) -> None:
     template: ChatTemplate = request.getfixturevalue(family)
     tokenizer: Tokenizer = request.getfixturevalue(f"{family}_tokenizer")
     ids = tokenizer.encode(template.render(SYSTEM_USER), add_special_tokens=False)
@@ -109,9 +107,7 @@ def test_tools_reach_the_prompt(family: str, request: pytest.FixtureRequest) -> 
 def test_llama3_tools_go_in_the_system_turn(llama3: ChatTemplate) -> None:
     prompt = llama3.render(SYSTEM_USER, tools=[WEATHER_TOOL])
     system_turn = prompt.split("<|eot_id|>")[0]
-    assert system_turn.startswith(
-        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython"
-    )
+    assert system_turn.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython")
     assert json.dumps(WEATHER_TOOL, indent=4) in system_turn
     assert system_turn.endswith("You are a helpful assistant.")
 
@@ -164,10 +160,7 @@ def test_deepseek_tool_calls_and_outputs(deepseek: ChatTemplate, deepseek_tokeni
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "c1", "content": "rainy"},
     ]
-    block = (
-        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather"
-        '\n```json\n{"city":"Paris"}\n```<｜tool▁call▁end｜>'
-    )
+    block = '<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city":"Paris"}\n```<｜tool▁call▁end｜>'
     prompt = deepseek.render(messages)
     assert prompt == (
         "<｜begin▁of▁sentence｜><｜User｜>Weather?<｜Assistant｜>"
@@ -185,9 +178,7 @@ def test_deepseek_tool_calls_and_outputs(deepseek: ChatTemplate, deepseek_tokeni
     ):
         assert deepseek_tokenizer.token_to_id(marker) in ids, marker
     # After tool outputs the assistant answers without a new <｜Assistant｜>, as DeepSeek-V3 does.
-    answered = deepseek.render(
-        [*messages, {"role": "assistant", "content": "Sunny."}], add_generation_prompt=False
-    )
+    answered = deepseek.render([*messages, {"role": "assistant", "content": "Sunny."}], add_generation_prompt=False)
     assert answered.endswith("<｜tool▁outputs▁end｜>Sunny.<｜end▁of▁sentence｜>")
 
 
@@ -203,9 +194,7 @@ def test_unknown_role_is_a_template_error(family: str, request: pytest.FixtureRe
 
 def test_raise_exception_message_reaches_the_caller() -> None:
     template = plain(
-        "{% if messages[0]['role'] != 'user' %}"
-        "{{ raise_exception('Conversation must start with a user') }}"
-        "{% endif %}"
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversation must start with a user') }}{% endif %}"
     )
     with pytest.raises(TemplateError) as info:
         template.render([{"role": "assistant", "content": "x"}])

@@ -43,9 +43,7 @@ def test_special_tokens_follow_add_bos_token(family: str, request: pytest.Fixtur
     assert tokenizer.encode(TEXT, add_special_tokens=True) == expected
 
 
-@pytest.mark.parametrize(
-    ("family", "specials"), [("llama3", LLAMA3_SPECIALS), ("deepseek", DEEPSEEK_SPECIALS)]
-)
+@pytest.mark.parametrize(("family", "specials"), [("llama3", LLAMA3_SPECIALS), ("deepseek", DEEPSEEK_SPECIALS)])
 def test_special_token_text_encodes_to_one_id(
     family: str, specials: dict[str, int], request: pytest.FixtureRequest
 ) -> None:

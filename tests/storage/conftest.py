@@ -88,8 +88,7 @@ async def drop_tables(url: str, table_prefix: str) -> None:
     conn = await asyncpg.connect(url)
     try:
         names = await conn.fetch(
-            "SELECT tablename FROM pg_tables"
-            " WHERE schemaname = current_schema() AND starts_with(tablename, $1)",
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)",
             table_prefix,
         )
         for row in names:
@@ -254,9 +253,7 @@ class RedisServer:
 
     def shutdown(self) -> None:
         """Graceful stop via `redis-cli shutdown nosave`: the data is gone."""
-        subprocess.run(
-            ["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True, check=False
-        )
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], capture_output=True, check=False)
         if self._proc is not None:
             self._proc.wait(timeout=10)
             self._proc = None

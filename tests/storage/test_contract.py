@@ -343,9 +343,7 @@ async def test_create_with_too_many_items_creates_nothing(stores: Stores, tenant
 async def test_get_and_delete_item(stores: Stores, tenant: str) -> None:
     c = stores.conversations
     await c.create(tenant, Conversation("conv_1", CREATED_AT), [msg("a", "alpha"), call("fc_1")])
-    assert (await c.get_item(tenant, "conv_1", "a")).body["content"] == [
-        {"type": "input_text", "text": "alpha"}
-    ]
+    assert (await c.get_item(tenant, "conv_1", "a")).body["content"] == [{"type": "input_text", "text": "alpha"}]
     assert (await c.get_item(tenant, "conv_1", "fc_1")).type == "function_call"
     await c.delete_item(tenant, "conv_1", "a")
     with pytest.raises(NotFound, match="item"):
@@ -378,9 +376,7 @@ async def test_delete_conversation_deletes_items(stores: Stores, tenant: str) ->
 async def test_concurrent_appends_keep_every_item_once(stores: Stores, tenant: str) -> None:
     c = stores.conversations
     await c.create(tenant, Conversation("conv_1", CREATED_AT))
-    await asyncio.gather(
-        *(c.add_items(tenant, "conv_1", [msg(f"b{b}_{i}") for i in range(5)]) for b in range(12))
-    )
+    await asyncio.gather(*(c.add_items(tenant, "conv_1", [msg(f"b{b}_{i}") for i in range(5)]) for b in range(12)))
 
     async def fetch(**kw: object) -> ItemPage:
         return await c.list_items(tenant, "conv_1", **kw)  # type: ignore[arg-type]
@@ -444,9 +440,7 @@ async def test_bad_ids_and_bodies_are_invalid(stores: Stores, tenant: str) -> No
     with pytest.raises(InvalidInput):
         await r.put(tenant, response("resp_1", prev="bad:id"), [])
     with pytest.raises(InvalidInput):
-        await r.put(
-            tenant, response("resp_1"), [Item.from_json({"id": "a", "type": "message", "x": object()})]
-        )
+        await r.put(tenant, response("resp_1"), [Item.from_json({"id": "a", "type": "message", "x": object()})])
     with pytest.raises(InvalidInput):
         Item.from_json({"type": "message"})
     with pytest.raises(InvalidInput):

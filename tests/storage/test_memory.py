@@ -26,9 +26,7 @@ def msg(item_id: str) -> Item:
 
 
 def resp(rid: str, n_inputs: int = 0, conv: str | None = None) -> tuple[ResponseRecord, list[Item]]:
-    return ResponseRecord(rid, 0, {"id": rid}, conversation_id=conv), [
-        msg(f"{rid}_{i}") for i in range(n_inputs)
-    ]
+    return ResponseRecord(rid, 0, {"id": rid}, conversation_id=conv), [msg(f"{rid}_{i}") for i in range(n_inputs)]
 
 
 async def exists(stores: Stores, rid: str) -> bool:

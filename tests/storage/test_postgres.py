@@ -56,9 +56,7 @@ async def expect_fast_unavailable(op: Callable[[], Awaitable[object]]) -> None:
     assert time.monotonic() - start < FAST_FAIL_BOUND_S
 
 
-async def test_concurrent_migrations_apply_each_version_once(
-    postgres_url: str, fresh_table_prefix: str
-) -> None:
+async def test_concurrent_migrations_apply_each_version_once(postgres_url: str, fresh_table_prefix: str) -> None:
     conns = await asyncio.gather(*(asyncpg.connect(postgres_url) for _ in range(N_MIGRATORS)))
     try:
         applied = await asyncio.gather(*(migrate(c, fresh_table_prefix, timeout_s=30) for c in conns))
@@ -70,15 +68,10 @@ async def test_concurrent_migrations_apply_each_version_once(
         await asyncio.gather(*(c.close() for c in conns))
 
 
-async def test_nodes_opening_together_share_one_schema(
-    postgres_url: str, fresh_table_prefix: str, tenant: str
-) -> None:
+async def test_nodes_opening_together_share_one_schema(postgres_url: str, fresh_table_prefix: str, tenant: str) -> None:
     async with AsyncExitStack() as stack:
         opened = await asyncio.gather(
-            *(
-                stack.enter_async_context(open_stores(pg_config(postgres_url, fresh_table_prefix)))
-                for _ in range(4)
-            )
+            *(stack.enter_async_context(open_stores(pg_config(postgres_url, fresh_table_prefix))) for _ in range(4))
         )
         await opened[0].responses.put(tenant, ResponseRecord("resp_1", 0, {}), [msg("a")])
         for s in opened:
@@ -91,18 +84,12 @@ async def test_new_migration_is_applied_incrementally(
     (tmp_path / "0001_initial.sql").write_text((MIGRATIONS_DIR / "0001_initial.sql").read_text())
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await migrate(
-            conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)
-        ) == [1]
+        assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == [1]
         (tmp_path / "0002_index.sql").write_text(
             "CREATE INDEX {prefix}responses_created ON {prefix}responses (created_at);"
         )
-        assert await migrate(
-            conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)
-        ) == [2]
-        assert (
-            await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == []
-        )
+        assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == [2]
+        assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == []
         # A node still shipping only 0001 keeps working against the newer schema.
         assert await migrate(conn, fresh_table_prefix, timeout_s=30) == []
     finally:
@@ -167,9 +154,7 @@ async def test_retry_transient_retries_conflicts_then_gives_up() -> None:
 
 async def test_unreachable_server_fails_fast(table_prefix: str, tenant: str) -> None:
     url = f"postgresql://postgres@127.0.0.1:{unused_port()}/test"
-    config = pg_config(
-        url, table_prefix, connect_timeout_s=OUTAGE_TIMEOUT_S, command_timeout_s=OUTAGE_TIMEOUT_S
-    )
+    config = pg_config(url, table_prefix, connect_timeout_s=OUTAGE_TIMEOUT_S, command_timeout_s=OUTAGE_TIMEOUT_S)
     async with open_stores(config) as s:  # opens anyway: the node can serve everything else
         await expect_fast_unavailable(lambda: s.responses.get(tenant, "resp_1"))
         await expect_fast_unavailable(lambda: s.conversations.create(tenant, Conversation("conv_1", 0)))
@@ -178,9 +163,7 @@ async def test_unreachable_server_fails_fast(table_prefix: str, tenant: str) -> 
 async def test_unresponsive_server_times_out(tcp_proxy: ProxyFactory, table_prefix: str, tenant: str) -> None:
     proxy = await tcp_proxy(5432, blackhole=True)
     url = f"postgresql://postgres@127.0.0.1:{proxy.port}/test"
-    config = pg_config(
-        url, table_prefix, connect_timeout_s=OUTAGE_TIMEOUT_S, command_timeout_s=OUTAGE_TIMEOUT_S
-    )
+    config = pg_config(url, table_prefix, connect_timeout_s=OUTAGE_TIMEOUT_S, command_timeout_s=OUTAGE_TIMEOUT_S)
     async with open_stores(config) as s:
         await expect_fast_unavailable(lambda: s.responses.get(tenant, "resp_1"))
 
@@ -193,9 +176,7 @@ async def test_outage_and_recovery_through_a_cut_connection(
     proxy = await tcp_proxy(5432)
     await proxy.stop()
     url = f"postgresql://postgres@127.0.0.1:{proxy.port}/test"
-    config = pg_config(
-        url, fresh_table_prefix, connect_timeout_s=OUTAGE_TIMEOUT_S, command_timeout_s=OUTAGE_TIMEOUT_S
-    )
+    config = pg_config(url, fresh_table_prefix, connect_timeout_s=OUTAGE_TIMEOUT_S, command_timeout_s=OUTAGE_TIMEOUT_S)
     async with open_stores(config) as s:
         await expect_fast_unavailable(lambda: s.conversations.get(tenant, "conv_1"))
         await proxy.start()
