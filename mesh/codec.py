@@ -1,0 +1,444 @@
+"""The mesh wire format: a hand-written, versioned, bounded binary codec.
+
+Packet (UDP), at most MAX_PACKET_BYTES::
+
+    plaintext:  version:u8  message
+    encrypted:  version:u8  ENCRYPTED:u8  nonce[12]  AES-GCM(message)+tag[16]     aad = version, ENCRYPTED
+    message:    type:u8 body                           (one of MessageType)
+    compound:   COMPOUND:u8 count:u8 (len:u16)*count part*count    (parts are messages, never compound)
+
+Stream frame (TCP), one request and one reply per connection::
+
+    version:u8 type:u8 length:u32 payload[length]
+    encrypted:  type = ENCRYPTED, payload = nonce AES-GCM(type:u8 body)+tag, aad = the 6 header bytes
+
+Integers are big-endian. ``str`` is u8 length + UTF-8; ``meta`` is str http_addr, str version, u8 count,
+(str key, str value)*count. Bodies (``seq``/``inc`` are u32)::
+
+    PING          seq target:str source_name:str source_addr:str
+    INDIRECT_PING seq target:str target_addr:str nack:u8 source_name:str source_addr:str
+    ACK / NACK    seq
+    ALIVE         inc node:str addr:str meta
+    SUSPECT/DEAD  inc node:str sender:str
+    USER          len:u16 payload
+    PUSH_PULL     join:u8 count:u32 (state:u8 inc name:str addr:str meta)*count len:u32 user_state
+
+Decoders ignore bytes after a body (fields may only be appended within a version) and raise DecodeError
+for anything truncated, oversized, of an unknown version or type, or otherwise malformed.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable, Sequence
+
+from mesh.errors import DecodeError, DecryptError
+from mesh.keyring import Keyring
+from mesh.limits import (
+    COMPOUND_HEADER_BYTES,
+    COMPOUND_PART_OVERHEAD,
+    MAX_ADDR_BYTES,
+    MAX_COMPOUND_PARTS,
+    MAX_MEMBERS,
+    MAX_NAME_BYTES,
+    MAX_PACKET_BYTES,
+    MAX_ROLES,
+    MAX_STREAM_FRAME_BYTES,
+    MAX_U32,
+    MAX_USER_MSG_BYTES,
+    MAX_USER_STATE_BYTES,
+    NONCE_BYTES,
+    PROTOCOL_VERSION,
+    STREAM_HEADER_BYTES,
+    TAG_BYTES,
+)
+from mesh.member import MemberState, NodeMeta, check_addr
+from mesh.messages import (
+    Ack,
+    Alive,
+    Dead,
+    IndirectPing,
+    Message,
+    MessageType,
+    Nack,
+    Ping,
+    PushPull,
+    PushPullMember,
+    Suspect,
+    User,
+)
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_HEADER = struct.Struct(">BBI")
+_VERSION = bytes([PROTOCOL_VERSION])
+_ENCRYPTED_AAD = bytes([PROTOCOL_VERSION, MessageType.ENCRYPTED])
+_MEMBER_STATES = frozenset(int(s) for s in MemberState)
+
+# -- encoding ---------------------------------------------------------------------------------------------
+
+
+def _str(out: bytearray, value: str) -> None:
+    raw = value.encode("utf-8")
+    if len(raw) > 255:
+        raise ValueError(f"string of {len(raw)} bytes does not fit a u8 length")
+    out.append(len(raw))
+    out += raw
+
+
+def _u32(out: bytearray, value: int) -> None:
+    if not 0 <= value <= MAX_U32:
+        raise ValueError(f"{value} does not fit a u32")
+    out += _U32.pack(value)
+
+
+def _meta(out: bytearray, meta: NodeMeta) -> None:
+    _str(out, meta.http_addr)
+    _str(out, meta.version)
+    out.append(len(meta.roles))
+    for key, value in meta.roles:
+        _str(out, key)
+        _str(out, value)
+
+
+def encode_message(msg: Message) -> bytes:
+    """type:u8 + body. Raises ValueError only for values our own constructors should have rejected."""
+    out = bytearray()
+    match msg:
+        case Ping(seq, target, source_name, source_addr):
+            out.append(MessageType.PING)
+            _u32(out, seq)
+            _str(out, target)
+            _str(out, source_name)
+            _str(out, source_addr)
+        case IndirectPing(seq, target, target_addr, nack, source_name, source_addr):
+            out.append(MessageType.INDIRECT_PING)
+            _u32(out, seq)
+            _str(out, target)
+            _str(out, target_addr)
+            out.append(1 if nack else 0)
+            _str(out, source_name)
+            _str(out, source_addr)
+        case Ack(seq):
+            out.append(MessageType.ACK)
+            _u32(out, seq)
+        case Nack(seq):
+            out.append(MessageType.NACK)
+            _u32(out, seq)
+        case Alive(inc, node, addr, meta):
+            out.append(MessageType.ALIVE)
+            _u32(out, inc)
+            _str(out, node)
+            _str(out, addr)
+            _meta(out, meta)
+        case Suspect(inc, node, sender):
+            out.append(MessageType.SUSPECT)
+            _u32(out, inc)
+            _str(out, node)
+            _str(out, sender)
+        case Dead(inc, node, sender):
+            out.append(MessageType.DEAD)
+            _u32(out, inc)
+            _str(out, node)
+            _str(out, sender)
+        case User(payload):
+            if len(payload) > MAX_USER_MSG_BYTES:
+                raise ValueError(f"user message of {len(payload)} bytes exceeds {MAX_USER_MSG_BYTES}")
+            out.append(MessageType.USER)
+            out += _U16.pack(len(payload))
+            out += payload
+        case PushPull(join, members, user_state):
+            if len(members) > MAX_MEMBERS or len(user_state) > MAX_USER_STATE_BYTES:
+                raise ValueError("push-pull exceeds MAX_MEMBERS or MAX_USER_STATE_BYTES")
+            out.append(MessageType.PUSH_PULL)
+            out.append(1 if join else 0)
+            _u32(out, len(members))
+            for m in members:
+                out.append(m.state)
+                _u32(out, m.incarnation)
+                _str(out, m.name)
+                _str(out, m.addr)
+                _meta(out, m.meta)
+            _u32(out, len(user_state))
+            out += user_state
+    return bytes(out)
+
+
+def compound(parts: Sequence[bytes]) -> bytes:
+    """One message from several encoded messages (a single part is returned as is)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not 0 < len(parts) <= MAX_COMPOUND_PARTS:
+        raise ValueError(f"compound of {len(parts)} parts")
+    out = bytearray((MessageType.COMPOUND, len(parts)))
+    for part in parts:
+        out += _U16.pack(len(part))
+    for part in parts:
+        out += part
+    return bytes(out)
+
+
+def compound_size(part_sizes: int, count: int) -> int:
+    """Encoded size of a compound of ``count`` parts totalling ``part_sizes`` bytes."""
+    if count == 1:
+        return part_sizes
+    return COMPOUND_HEADER_BYTES + count * COMPOUND_PART_OVERHEAD + part_sizes
+
+
+def seal_packet(message: bytes, keyring: Keyring | None) -> bytes:
+    """A packet from one encoded (possibly compound) message, encrypted if a keyring is given."""
+    if keyring is None:
+        return _VERSION + message
+    return _ENCRYPTED_AAD + keyring.seal(message, _ENCRYPTED_AAD)
+
+
+def seal_frame(message: bytes, keyring: Keyring | None) -> bytes:
+    """A stream frame from one encoded message (type byte first), encrypted if a keyring is given."""
+    if keyring is None:
+        msg_type, body = message[0], message[1:]
+        return _HEADER.pack(PROTOCOL_VERSION, msg_type, len(body)) + body
+    # The sealed payload's length is known before sealing: nonce + plaintext + tag.
+    sealed_len = len(message) + NONCE_BYTES + TAG_BYTES
+    header = _HEADER.pack(PROTOCOL_VERSION, MessageType.ENCRYPTED, sealed_len)
+    return header + keyring.seal(message, header)
+
+
+# -- decoding ---------------------------------------------------------------------------------------------
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def u8(self) -> int:
+        if self.pos >= len(self.buf):
+            raise DecodeError("truncated")
+        value = self.buf[self.pos]
+        self.pos += 1
+        return value
+
+    def u16(self) -> int:
+        end = self.pos + 2
+        if end > len(self.buf):
+            raise DecodeError("truncated")
+        (value,) = _U16.unpack_from(self.buf, self.pos)
+        self.pos = end
+        return int(value)
+
+    def u32(self) -> int:
+        end = self.pos + 4
+        if end > len(self.buf):
+            raise DecodeError("truncated")
+        (value,) = _U32.unpack_from(self.buf, self.pos)
+        self.pos = end
+        return int(value)
+
+    def take(self, size: int) -> bytes:
+        end = self.pos + size
+        if end > len(self.buf):
+            raise DecodeError("truncated")
+        value = self.buf[self.pos : end]
+        self.pos = end
+        return value
+
+    def text(self, limit: int) -> str:
+        buf, pos = self.buf, self.pos
+        if pos >= len(buf):
+            raise DecodeError("truncated")
+        size = buf[pos]
+        end = pos + 1 + size
+        if size > limit:
+            raise DecodeError(f"string of {size} bytes exceeds {limit}")
+        if end > len(buf):
+            raise DecodeError("truncated")
+        self.pos = end
+        try:
+            return buf[pos + 1 : end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError("string is not UTF-8") from exc
+
+    def name(self) -> str:
+        value = self.text(MAX_NAME_BYTES)
+        if not value:
+            raise DecodeError("empty member name")
+        return value
+
+    def addr(self) -> str:
+        value = self.text(MAX_ADDR_BYTES)
+        if not _valid_addr(value):
+            raise DecodeError(f"member address: expected host:port, got {value!r}")
+        return value
+
+    def meta(self) -> NodeMeta:
+        http_addr = self.text(255)
+        version = self.text(255)
+        count = self.u8()
+        if count > MAX_ROLES:
+            raise DecodeError(f"{count} roles exceeds {MAX_ROLES}")
+        roles = tuple((self.text(255), self.text(255)) for _ in range(count))
+        meta = _make_meta(http_addr, version, roles)
+        if meta is None:
+            raise DecodeError("metadata exceeds its bounds")
+        return meta
+
+
+# Members' addresses and metadata repeat in every push-pull and alive message: validate each once.
+@functools.lru_cache(maxsize=4096)
+def _valid_addr(value: str) -> bool:
+    try:
+        check_addr(value)
+    except ValueError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _make_meta(http_addr: str, version: str, roles: tuple[tuple[str, str], ...]) -> NodeMeta | None:
+    try:
+        return NodeMeta(http_addr, version, roles)
+    except ValueError:
+        return None
+
+
+def _ping(r: _Reader) -> Ping:
+    return Ping(r.u32(), r.text(MAX_NAME_BYTES), r.text(MAX_NAME_BYTES), r.addr())
+
+
+def _indirect(r: _Reader) -> IndirectPing:
+    return IndirectPing(r.u32(), r.name(), r.addr(), r.u8() != 0, r.text(MAX_NAME_BYTES), r.addr())
+
+
+def _alive(r: _Reader) -> Alive:
+    return Alive(r.u32(), r.name(), r.addr(), r.meta())
+
+
+def _user(r: _Reader) -> User:
+    size = r.u16()
+    if size > MAX_USER_MSG_BYTES:
+        raise DecodeError(f"user message of {size} bytes exceeds {MAX_USER_MSG_BYTES}")
+    return User(r.take(size))
+
+
+def _push_pull(r: _Reader) -> PushPull:
+    join = r.u8() != 0
+    count = r.u32()
+    if count > MAX_MEMBERS:
+        raise DecodeError(f"push-pull of {count} members exceeds {MAX_MEMBERS}")
+    members = []
+    for _ in range(count):
+        state = r.u8()
+        if state not in _MEMBER_STATES:
+            raise DecodeError(f"unknown member state {state}")
+        inc = r.u32()
+        members.append(PushPullMember(r.name(), r.addr(), r.meta(), inc, MemberState(state)))
+    size = r.u32()
+    if size > MAX_USER_STATE_BYTES:
+        raise DecodeError(f"user state of {size} bytes exceeds {MAX_USER_STATE_BYTES}")
+    return PushPull(join, tuple(members), r.take(size))
+
+
+_DECODERS: dict[int, Callable[[_Reader], Message]] = {
+    MessageType.PING: _ping,
+    MessageType.INDIRECT_PING: _indirect,
+    MessageType.ACK: lambda r: Ack(r.u32()),
+    MessageType.NACK: lambda r: Nack(r.u32()),
+    MessageType.ALIVE: _alive,
+    MessageType.SUSPECT: lambda r: Suspect(r.u32(), r.name(), r.name()),
+    MessageType.DEAD: lambda r: Dead(r.u32(), r.name(), r.name()),
+    MessageType.USER: _user,
+    MessageType.PUSH_PULL: _push_pull,
+}
+
+#: Types that may travel in a packet; PUSH_PULL only travels over streams.
+_PACKET_TYPES = frozenset(_DECODERS) - {MessageType.PUSH_PULL}
+
+
+#: Gossip reaches each member ~retransmit-limit times, byte for byte the same: decoding is pure, so the
+#: membership updates are decoded once per distinct encoding. The cache is bounded (LRU).
+_GOSSIP_TYPES = frozenset({MessageType.ALIVE, MessageType.SUSPECT, MessageType.DEAD})
+_GOSSIP_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=_GOSSIP_CACHE_SIZE)
+def _decode_gossip(buf: bytes) -> Message:
+    return _DECODERS[buf[0]](_Reader(buf, 1))
+
+
+def _decode_one(buf: bytes, allowed: frozenset[int]) -> Message:
+    if not buf:
+        raise DecodeError("empty message")
+    if buf[0] in _GOSSIP_TYPES:
+        return _decode_gossip(buf)
+    decoder = _DECODERS.get(buf[0]) if buf[0] in allowed else None
+    if decoder is None:
+        raise DecodeError(f"unexpected message type {buf[0]}")
+    return decoder(_Reader(buf, 1))
+
+
+def decode_messages(message: bytes) -> list[Message]:
+    """Decode one packet-level message (a single message or a compound). Raises DecodeError."""
+    if message and message[0] == MessageType.COMPOUND:
+        r = _Reader(message, 1)
+        count = r.u8()
+        if not 0 < count <= MAX_COMPOUND_PARTS:
+            raise DecodeError(f"compound of {count} parts")
+        sizes = [r.u16() for _ in range(count)]
+        return [_decode_one(r.take(size), _PACKET_TYPES) for size in sizes]
+    return [_decode_one(message, _PACKET_TYPES)]
+
+
+def open_packet(data: bytes, keyring: Keyring | None) -> list[Message]:
+    """Decode a packet. With a keyring, only encrypted packets are accepted.
+
+    Raises DecodeError (malformed/oversized/wrong version) or DecryptError (unauthenticated).
+    """
+    if len(data) > MAX_PACKET_BYTES:
+        raise DecodeError(f"packet of {len(data)} bytes exceeds {MAX_PACKET_BYTES}")
+    if len(data) < 2:
+        raise DecodeError("packet too short")
+    if data[0] != PROTOCOL_VERSION:
+        raise DecodeError(f"unsupported protocol version {data[0]}")
+    encrypted = data[1] == MessageType.ENCRYPTED
+    if keyring is not None:
+        if not encrypted:
+            raise DecryptError("unencrypted packet while a keyring is configured")
+        return decode_messages(keyring.open(data[2:], _ENCRYPTED_AAD))
+    if encrypted:
+        raise DecryptError("encrypted packet but no keyring is configured")
+    return decode_messages(data[1:])
+
+
+def frame_length(header: bytes) -> int:
+    """Payload length announced by a stream frame header. Raises DecodeError if it is unacceptable."""
+    if len(header) != STREAM_HEADER_BYTES:
+        raise DecodeError("short frame header")
+    version, msg_type, length = _HEADER.unpack(header)
+    if version != PROTOCOL_VERSION:
+        raise DecodeError(f"unsupported protocol version {version}")
+    if msg_type not in _DECODERS and msg_type != MessageType.ENCRYPTED:
+        raise DecodeError(f"unexpected frame type {msg_type}")
+    if length > MAX_STREAM_FRAME_BYTES:
+        raise DecodeError(f"frame of {length} bytes exceeds {MAX_STREAM_FRAME_BYTES}")
+    return int(length)
+
+
+def open_frame(frame: bytes, keyring: Keyring | None) -> Message:
+    """Decode a whole stream frame (header + payload). Raises DecodeError or DecryptError."""
+    header = frame[:STREAM_HEADER_BYTES]
+    length = frame_length(header)
+    payload = frame[STREAM_HEADER_BYTES:]
+    if len(payload) != length:
+        raise DecodeError("frame length does not match its header")
+    msg_type = header[1]
+    stream_types = frozenset(_DECODERS)
+    if keyring is not None:
+        if msg_type != MessageType.ENCRYPTED:
+            raise DecryptError("unencrypted frame while a keyring is configured")
+        return _decode_one(keyring.open(payload, header), stream_types)
+    if msg_type == MessageType.ENCRYPTED:
+        raise DecryptError("encrypted frame but no keyring is configured")
+    return _decode_one(bytes([msg_type]) + payload, stream_types)

@@ -1,0 +1,92 @@
+"""Every size and count bound of the mesh wire protocol and tables, each with the reason for its value.
+
+Time bounds that operators tune live in :class:`mesh.config.MeshConfig`; the constants here are protocol
+facts that both ends must agree on, or memory guards against a hostile or buggy peer.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- wire format ------------------------------------------------------------------------------------------
+
+#: First byte of every packet and stream frame. Bump only for an incompatible change; within a version,
+#: message types are append-only and fields may only be appended to a message body (decoders ignore
+#: trailing bytes), so older nodes keep decoding what they know.
+PROTOCOL_VERSION: Final = 1
+
+#: Largest UDP payload we send or accept: a 1,500-byte Ethernet MTU minus IPv6 (40) and UDP (8) headers,
+#: less a margin for tunnels/VXLAN, so probes are never IP-fragmented (memberlist's udpSendBuf).
+MAX_PACKET_BYTES: Final = 1400
+
+#: A stream (TCP) frame header: version (1) + message type (1) + payload length (u32, 4).
+STREAM_HEADER_BYTES: Final = 6
+
+#: Largest stream frame payload: a push-pull of MAX_MEMBERS members (~0.8 KB each at most) plus the
+#: delegate's state must fit, while one connection cannot make us buffer without bound.
+MAX_STREAM_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+#: Largest opaque delegate state carried by push-pull (the CRDT document of the cluster state); a few MB
+#: is far above the single-writer-row design's expected ~100 KB.
+MAX_USER_STATE_BYTES: Final = 4 * 1024 * 1024
+
+#: AES-GCM nonce length (96 bits, the size GCM is specified for).
+NONCE_BYTES: Final = 12
+
+#: AES-GCM authentication tag length.
+TAG_BYTES: Final = 16
+
+#: Bytes an encrypted packet adds around its plaintext: the ENCRYPTED type byte, nonce and tag.
+ENCRYPTION_OVERHEAD: Final = 1 + NONCE_BYTES + TAG_BYTES
+
+#: Compound message header: type byte + part count byte.
+COMPOUND_HEADER_BYTES: Final = 2
+
+#: Per part overhead inside a compound message: a u16 length prefix.
+COMPOUND_PART_OVERHEAD: Final = 2
+
+#: Most parts in one compound message (the count is one byte on the wire; 64 small messages already fill
+#: a packet, so a larger count can only come from a malformed or hostile packet).
+MAX_COMPOUND_PARTS: Final = 64
+
+# -- identity and metadata --------------------------------------------------------------------------------
+
+#: Node names: DNS-label-ish identifiers; bounded so that an alive message always fits a packet.
+MAX_NAME_BYTES: Final = 128
+
+#: "host:port" for IPv4 or bracketed IPv6 ("[ffff:...]:65535" is 47 characters); room for a DNS name.
+MAX_ADDR_BYTES: Final = 128
+
+#: Encoded member metadata (HTTP address, version, roles). 512 B keeps an alive message (name + address +
+#: metadata + 10 B of header) under half a packet, so it can always ride on a probe or an ack.
+MAX_META_BYTES: Final = 512
+
+#: Roles per member: a small label set, not a database.
+MAX_ROLES: Final = 16
+
+#: Largest user (delegate) broadcast that can ride in a packet next to a ping and its headers.
+MAX_USER_MSG_BYTES: Final = 1024
+
+# -- tables and queues ------------------------------------------------------------------------------------
+
+#: Most members one node tracks (and accepts in a push-pull). Far above the intended cluster sizes
+#: (tens to a few hundred), low enough that a hostile push-pull cannot exhaust memory.
+MAX_MEMBERS: Final = 10_000
+
+#: Most queued membership broadcasts; beyond it the oldest, most retransmitted ones are dropped. A queue
+#: only grows this large during a mass join, where push-pull repairs whatever gossip drops.
+MAX_BROADCAST_QUEUE: Final = 4096
+
+#: Most outstanding ack handlers (our probes plus indirect probes we relay). Bounds the state a flood of
+#: ping-req messages can make us hold; beyond it, new relay requests are dropped.
+MAX_PENDING_ACKS: Final = 1024
+
+#: Most failed members remembered for periodic reconnect attempts after they are reaped from the table.
+MAX_FAILED_REMEMBERED: Final = 1024
+
+#: Sequence numbers and incarnations are u32 on the wire.
+MAX_U32: Final = 0xFFFF_FFFF
+
+#: Push-pull interval scaling kicks in above this many members (memberlist's pushPullScaleThreshold), so
+#: full-state exchange cost per node stays bounded as the cluster grows.
+PUSH_PULL_SCALE_THRESHOLD: Final = 32

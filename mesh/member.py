@@ -1,0 +1,107 @@
+"""What a member is: its state, its bounded metadata, and the immutable snapshot the API hands out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from mesh.limits import MAX_ADDR_BYTES, MAX_META_BYTES, MAX_NAME_BYTES, MAX_ROLES
+
+
+class MemberState(IntEnum):
+    """A member's state in one node's view. The values are on the wire (push-pull): append only."""
+
+    ALIVE = 0
+    SUSPECT = 1
+    DEAD = 2
+    #: Left gracefully: announced its own departure, so it is not a failure.
+    LEFT = 3
+
+    @property
+    def is_gone(self) -> bool:
+        return self in (MemberState.DEAD, MemberState.LEFT)
+
+
+def _str_bytes(value: str, what: str, limit: int) -> int:
+    size = len(value.encode("utf-8"))
+    if size > limit:
+        raise ValueError(f"{what}: {size} bytes exceeds the limit of {limit}")
+    return size
+
+
+def check_name(name: str) -> None:
+    """Raises ValueError if a member name is empty or longer than MAX_NAME_BYTES."""
+    if not name:
+        raise ValueError("member name: must not be empty")
+    _str_bytes(name, "member name", MAX_NAME_BYTES)
+
+
+def check_addr(addr: str) -> None:
+    """Raises ValueError if an address is not "host:port" within MAX_ADDR_BYTES."""
+    _str_bytes(addr, "member address", MAX_ADDR_BYTES)
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"member address: expected host:port, got {addr!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMeta:
+    """Application metadata gossiped with a member. Encoded size is at most MAX_META_BYTES.
+
+    The mesh never interprets it: ``http_addr`` and ``version`` are what every gateway node publishes,
+    ``roles`` is a small ordered label map (e.g. ``{"zone": "a", "gpu": "h100"}``).
+    """
+
+    http_addr: str = ""
+    version: str = ""
+    roles: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.roles) > MAX_ROLES:
+            raise ValueError(f"roles: {len(self.roles)} entries exceeds the limit of {MAX_ROLES}")
+        if len({key for key, _ in self.roles}) != len(self.roles):
+            raise ValueError("roles: duplicate key")
+        # Mirrors the codec: each string is a u8 length + UTF-8 bytes, plus one byte of role count.
+        size = 1 + sum(1 + _str_bytes(s, "metadata string", 255) for s in (self.http_addr, self.version))
+        for key, value in self.roles:
+            size += 2 + _str_bytes(key, "role key", 255) + _str_bytes(value, "role value", 255)
+        if size > MAX_META_BYTES:
+            raise ValueError(f"metadata: {size} encoded bytes exceeds the limit of {MAX_META_BYTES}")
+
+    @classmethod
+    def create(cls, http_addr: str = "", version: str = "", roles: Mapping[str, str] | None = None) -> NodeMeta:
+        """Raises ValueError if the metadata would not fit MAX_META_BYTES or has too many roles."""
+        return cls(http_addr, version, tuple((roles or {}).items()))
+
+    @property
+    def roles_dict(self) -> dict[str, str]:
+        return dict(self.roles)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """An immutable snapshot of one member as one node sees it.
+
+    ``state_change_s`` is on the clock of the node that took the snapshot (the event loop's monotonic clock
+    in the asyncio shell, virtual time in the simulator).
+    """
+
+    name: str
+    addr: str
+    meta: NodeMeta = field(default_factory=NodeMeta)
+    state: MemberState = MemberState.ALIVE
+    incarnation: int = 0
+    state_change_s: float = 0.0
+
+    @property
+    def http_addr(self) -> str:
+        return self.meta.http_addr
+
+    @property
+    def version(self) -> str:
+        return self.meta.version
+
+    @property
+    def roles(self) -> dict[str, str]:
+        return self.meta.roles_dict
