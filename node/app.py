@@ -16,7 +16,10 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
+from mesh.runtime import Mesh
+from node.cluster import publish_http_addr, run_mesh
 from node.config import NodeConfig
+from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app
 from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
@@ -37,6 +40,7 @@ class RunningNode:
     port: int
     model: ServedModel
     pool: WorkerPool
+    mesh: Mesh | None = None
 
 
 def _bound_port(runner: web.AppRunner) -> int:
@@ -58,6 +62,10 @@ async def run_node(
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
         stack.callback(cpu.close)
         await stack.enter_async_context(supervisor)
+        mesh = None
+        if config.cluster.enabled:
+            bind_http = f"{config.http.host}:{config.http.port}"
+            mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http))
         pool.start()
 
         loading = asyncio.get_running_loop().run_in_executor(
@@ -82,6 +90,8 @@ async def run_node(
         metrics = NodeMetrics(pool)
         supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
         app = build_app(model=model, pool=pool, cpu=cpu, metrics=metrics, max_body_bytes=config.http.max_body_bytes)
+        if mesh is not None:
+            add_mesh_routes(app, mesh)
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )
@@ -91,7 +101,9 @@ async def run_node(
         await site.start()
         port = _bound_port(runner)
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
-        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool)
+        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, mesh=mesh)
+        if mesh is not None:
+            publish_http_addr(mesh, f"{host}:{port}")
         log.info("serving model %r on %s with %d worker(s)", model.name, node.url, len(pool.workers))
         yield node
 

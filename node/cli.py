@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from node import configload
+from node.cluster import ClusterConfig
 from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
 from node.logs import setup_logging
 
@@ -47,6 +48,7 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
         model=_build(ModelConfig, args, values, **model_overrides),
         workers=_build(WorkerPoolConfig, args, values),
         log=_build(LogConfig, args, values),
+        cluster=_build(ClusterConfig, args, values),
     )
 
 
@@ -170,6 +172,58 @@ Press Ctrl-C to stop.
 """
 
 
+def _node_request(node: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 60) -> Any:
+    """Call a running node's HTTP API; returns the decoded JSON or raises SystemExit with its error."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(
+        node.rstrip("/") + path,
+        data=data,
+        headers={"Content-Type": "application/json"},
+        method="POST" if data else "GET",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = exc.reason
+        if exc.code == 404 and path.startswith("/mesh"):
+            message = "this node runs without a mesh (start it with --mesh-bind host:port)"
+        raise SystemExit(f"error: {node}: {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise SystemExit(f"error: cannot reach {node}: {exc}") from None
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    result = _node_request(args.node, "/mesh/join", {"peers": args.peers})
+    print(f"joined through {result['joined']} peer(s); the cluster has {result['members']} member(s)")
+    return 0
+
+
+def cmd_members(args: argparse.Namespace) -> int:
+    result = _node_request(args.node, "/mesh/members", timeout_s=10)
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
+        return 0
+    rows = [("NAME", "MESH ADDRESS", "HTTP ADDRESS", "STATE", "INCARNATION", "SINCE CHANGE")]
+    rows += [
+        (m["name"], m["mesh_addr"], m["http_addr"], m["state"], str(m["incarnation"]), f"{m['since_change_s']:.1f}s")
+        for m in result["members"]
+    ]
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smg-node", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -197,6 +251,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--family", choices=FAMILIES, default="llama3", help="tokenizer and chat template")
     configload.add_arguments(demo, LogConfig, group="logging")
     demo.set_defaults(func=cmd_demo)
+
+    join = sub.add_parser("join", help="ask a running node to join the cluster of PEER (its mesh host:port)")
+    join.add_argument("peers", nargs="+", metavar="PEER", help="mesh address of a member of the cluster to join")
+    join.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node that joins")
+    join.set_defaults(func=cmd_join)
+
+    members = sub.add_parser("members", help="the cluster's members as a node sees them")
+    members.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
+    members.add_argument("--json", action="store_true", help="print the JSON of GET /mesh/members")
+    members.set_defaults(func=cmd_members)
 
     models = sub.add_parser("models", help="model folders")
     models_sub = models.add_subparsers(dest="models_command", required=True)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
+from node.cluster import ClusterConfig
+
 LogFormat = Literal["text", "json"]
 PolicyName = Literal["round_robin"]
 
@@ -112,6 +114,7 @@ class NodeConfig:
     model: ModelConfig
     workers: WorkerPoolConfig
     log: LogConfig
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
-NODE_COMPONENTS: tuple[type, ...] = (HttpConfig, ModelConfig, WorkerPoolConfig, LogConfig)
+NODE_COMPONENTS: tuple[type, ...] = (HttpConfig, ModelConfig, WorkerPoolConfig, ClusterConfig, LogConfig)

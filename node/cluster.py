@@ -1,0 +1,144 @@
+"""The node's membership in the mesh: config, start/join/leave, and what the node publishes about itself.
+
+`mesh/` knows nothing of LLMs; this module maps the node's typed config onto a MeshConfig profile, starts the
+member, keeps joining the seeds in the background until one answers, and leaves gracefully on shutdown (so
+peers see LEFT, not a failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Literal
+
+from mesh.config import MeshConfig
+from mesh.errors import JoinError
+from mesh.member import NodeMeta, check_addr
+from mesh.runtime import Mesh
+
+log = logging.getLogger(__name__)
+
+Profile = Literal["lan", "wan", "local"]
+# After a join attempt gives up (MeshConfig.join_timeout_s), wait this long before trying the seeds again.
+REJOIN_PAUSE_S = 5.0
+
+
+def node_version() -> str:
+    try:
+        return version("smg-node")
+    except PackageNotFoundError:  # running from a source tree without an install
+        return "0+unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    mesh_bind: str = field(
+        default="", metadata={"help": "host:port for mesh gossip (UDP) and push-pull (TCP); empty: no mesh"}
+    )
+    join: tuple[str, ...] = field(
+        default=(), metadata={"help": "mesh address of a member to join, host:port", "metavar": "PEER"}
+    )
+    mesh_advertise: str = field(
+        default="", metadata={"help": "host:port peers reach this node at (default: the bind address)"}
+    )
+    mesh_key_file: str = field(
+        default="", metadata={"help": "keyring file (base64 keys, first is primary): encrypts gossip"}
+    )
+    mesh_profile: Profile = field(default="lan", metadata={"help": "timing profile: lan, wan or local"})
+    mesh_probe_interval_s: float = field(
+        default=0.0, metadata={"help": "override the profile's probe interval (0: the profile's)"}
+    )
+    node_name: str = field(default="", metadata={"help": "unique member name (default: the mesh address)"})
+    process_index: int = field(
+        default=0,
+        metadata={"cli": False, "help": "index of this process under --processes (set by the supervisor)"},
+    )
+
+    def __post_init__(self) -> None:
+        for addr in (self.mesh_bind, self.mesh_advertise, *self.join):
+            if addr:
+                check_addr(addr)
+        if self.join and not self.mesh_bind:
+            raise ValueError("join needs mesh_bind (--mesh-bind host:port)")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.mesh_bind)
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def mesh_config(config: ClusterConfig) -> MeshConfig:
+    """The MeshConfig for this process. Under --processes N, process k binds port+k and joins process 0."""
+    host, port = _split(config.mesh_bind)
+    if port:
+        port += config.process_index
+    overrides: dict[str, object] = {"bind_addr": host, "bind_port": port, "keyring_file": config.mesh_key_file}
+    if config.mesh_advertise:
+        adv_host, adv_port = _split(config.mesh_advertise)
+        overrides.update(advertise_addr=adv_host, advertise_port=adv_port + config.process_index if adv_port else 0)
+    if config.node_name:
+        overrides["node_name"] = (
+            config.node_name if config.process_index == 0 else f"{config.node_name}-{config.process_index}"
+        )
+    if config.mesh_probe_interval_s > 0:
+        overrides["probe_interval_s"] = config.mesh_probe_interval_s
+    profile = {"lan": MeshConfig.lan, "wan": MeshConfig.wan, "local": MeshConfig.local}[config.mesh_profile]
+    return profile(**overrides)
+
+
+def seeds(config: ClusterConfig) -> list[str]:
+    """Where to join: the configured peers, plus process 0 of our own group for its siblings."""
+    out = list(config.join)
+    if config.process_index > 0:
+        host, port = _split(config.mesh_advertise or config.mesh_bind)
+        out.append(f"{host}:{port}")
+    return out
+
+
+async def _join_forever(mesh: Mesh, peers: list[str]) -> None:
+    while True:
+        try:
+            answered = await mesh.join(peers)
+            log.info("joined the mesh through %d of %d seed(s)", answered, len(peers))
+            return
+        except JoinError as exc:
+            log.warning("%s; trying again in %.0f s", exc, REJOIN_PAUSE_S)
+            await asyncio.sleep(REJOIN_PAUSE_S)
+
+
+@contextlib.asynccontextmanager
+async def run_mesh(config: ClusterConfig, *, http_addr: str) -> AsyncIterator[Mesh]:
+    """Start this node's member; yield it; leave gracefully and stop on exit.
+
+    Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start.
+    """
+    mesh = Mesh(mesh_config(config), meta=NodeMeta.create(http_addr=http_addr, version=node_version()))
+    await mesh.start()
+    peers = seeds(config)
+    joining = asyncio.create_task(_join_forever(mesh, peers), name="mesh-join") if peers else None
+    try:
+        log.info("mesh member %s listening on %s", mesh.name, mesh.addr)
+        yield mesh
+    finally:
+        if joining is not None:
+            joining.cancel()
+            await asyncio.gather(joining, return_exceptions=True)
+        # Also on SIGTERM (cancellation): peers must see a graceful LEFT, not a failure.
+        try:
+            await mesh.leave()
+        except Exception as exc:
+            log.warning("graceful leave failed: %s", exc)
+        await mesh.shutdown()
+
+
+def publish_http_addr(mesh: Mesh, http_addr: str) -> None:
+    """Tell the cluster where this node serves HTTP (known only after binding when the port was 0)."""
+    mesh.update_meta(NodeMeta.create(http_addr=http_addr, version=node_version()))
