@@ -25,7 +25,8 @@ from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel, load_served_model
-from node.routing.round_robin import RoundRobin
+from node.routing.kv_index import KvIndex
+from node.routing.registry import make_policy
 from node.tasks import Supervisor
 from node.workers.client import WorkerClient
 from node.workers.pool import WorkerPool
@@ -57,7 +58,12 @@ async def run_node(
         raise ValueError("at least one worker is required (--worker grpc://host:port)")
     async with contextlib.AsyncExitStack() as stack:
         supervisor = Supervisor()
-        pool = WorkerPool(config.workers, client_factory=client_factory, policy=RoundRobin(), supervisor=supervisor)
+        routing = config.routing
+        kv_index = KvIndex(routing.kv_index_max_blocks) if routing.policy == "cache_aware" else None
+        policy = make_policy(routing.policy, routing, kv_index=kv_index)
+        pool = WorkerPool(
+            config.workers, client_factory=client_factory, policy=policy, supervisor=supervisor, kv_index=kv_index
+        )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
         stack.callback(cpu.close)
@@ -89,7 +95,14 @@ async def run_node(
 
         metrics = NodeMetrics(pool)
         supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
-        app = build_app(model=model, pool=pool, cpu=cpu, metrics=metrics, max_body_bytes=config.http.max_body_bytes)
+        app = build_app(
+            model=model,
+            pool=pool,
+            cpu=cpu,
+            metrics=metrics,
+            max_body_bytes=config.http.max_body_bytes,
+            routing_key_header=routing.routing_key_header,
+        )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         runner = web.AppRunner(

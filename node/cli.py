@@ -20,6 +20,7 @@ from node import configload
 from node.cluster import ClusterConfig
 from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
 from node.logs import setup_logging
+from node.routing.config import RoutingConfig
 
 log = logging.getLogger("smg-node")
 
@@ -49,6 +50,7 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
         workers=_build(WorkerPoolConfig, args, values),
         log=_build(LogConfig, args, values),
         cluster=_build(ClusterConfig, args, values),
+        routing=_build(RoutingConfig, args, values),
     )
 
 

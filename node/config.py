@@ -11,9 +11,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from node.cluster import ClusterConfig
+from node.routing.config import RoutingConfig
 
 LogFormat = Literal["text", "json"]
-PolicyName = Literal["round_robin"]
 
 
 def _positive(name: str, value: float) -> None:
@@ -72,7 +72,6 @@ class WorkerPoolConfig:
         default=(),
         metadata={"help": "gRPC worker URL, grpc://host:port", "flag": "--worker", "metavar": "URL"},
     )
-    policy: PolicyName = field(default="round_robin", metadata={"help": "how a worker is chosen per request"})
     health_interval_s: float = field(default=2.0, metadata={"help": "seconds between worker health checks"})
     health_timeout_s: float = field(default=2.0, metadata={"help": "a health check slower than this fails"})
     health_failures_to_unhealthy: int = field(
@@ -115,6 +114,14 @@ class NodeConfig:
     workers: WorkerPoolConfig
     log: LogConfig
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
 
 
-NODE_COMPONENTS: tuple[type, ...] = (HttpConfig, ModelConfig, WorkerPoolConfig, ClusterConfig, LogConfig)
+NODE_COMPONENTS: tuple[type, ...] = (
+    HttpConfig,
+    ModelConfig,
+    WorkerPoolConfig,
+    RoutingConfig,
+    ClusterConfig,
+    LogConfig,
+)

@@ -57,3 +57,7 @@ class WorkerFailed(GatewayError):
     status = 502
     error_type = "server_error"
     code = "worker_error"
+
+
+class KvEventsUnsupported(WorkerFailed):
+    """The worker does not implement SubscribeKvEvents (routing falls back to its own guesses)."""

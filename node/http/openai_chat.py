@@ -84,8 +84,10 @@ class ChatCompletions:
         cpu: CpuPool,
         max_body_bytes: int,
         on_usage: Callable[[Usage], None] = lambda usage: None,
+        routing_key_header: str = "x-smg-routing-key",
     ) -> None:
         self._on_usage = on_usage
+        self._routing_key_header = routing_key_header
         self._model = model
         self._pool = pool
         self._cpu = cpu
@@ -150,7 +152,7 @@ class ChatCompletions:
             stops=stops,
             include_stop_str=req.include_stop_str_in_output,
             terminators=common.terminators(req, model),
-            routing_key=request.headers.get("X-SMG-Routing-Key"),
+            routing_key=request.headers.get(self._routing_key_header),
             client_stream=req.stream,
         )
         gen = Generation(spec, pool=self._pool, tokenizer=model.tokenizer)

@@ -108,8 +108,10 @@ class Completions:
         cpu: CpuPool,
         max_body_bytes: int,
         on_usage: Callable[[Usage], None] = lambda usage: None,
+        routing_key_header: str = "x-smg-routing-key",
     ) -> None:
         self._on_usage = on_usage
+        self._routing_key_header = routing_key_header
         self._model = model
         self._pool = pool
         self._cpu = cpu
@@ -148,7 +150,7 @@ class Completions:
                 stops=stops,
                 include_stop_str=req.include_stop_str_in_output,
                 terminators=common.terminators(req, model),
-                routing_key=request.headers.get("X-SMG-Routing-Key"),
+                routing_key=request.headers.get(self._routing_key_header),
                 want_token_ids=req.logprobs is not None,
                 client_stream=req.stream,
             )

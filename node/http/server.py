@@ -21,7 +21,13 @@ def _json(obj: object, status: int = 200) -> web.Response:
 
 
 def build_app(
-    *, model: ServedModel, pool: WorkerPool, cpu: CpuPool, metrics: NodeMetrics, max_body_bytes: int
+    *,
+    model: ServedModel,
+    pool: WorkerPool,
+    cpu: CpuPool,
+    metrics: NodeMetrics,
+    max_body_bytes: int,
+    routing_key_header: str = "x-smg-routing-key",
 ) -> web.Application:
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced.
@@ -74,12 +80,15 @@ def build_app(
         healthy = pool.healthy()
         body = {
             "status": "ready" if healthy else "not ready",
+            "policy": pool.policy_name,
             "healthy_workers": len(healthy),
             "workers": [
                 {
                     "url": w.url,
                     "healthy": w.healthy,
                     "in_flight": w.in_flight,
+                    "load": w.load,  # msgspec encodes the dataclass (or null before the first report)
+                    "kv_events": w.kv_events,
                     "last_error": w.last_error or None,
                 }
                 for w in pool.workers

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
+from node.routing.kv_events import KvEventBatch
+from node.workers.kv_convert import EngineLoad
 from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
 
 
@@ -23,6 +25,12 @@ class WorkerClient(Protocol):
     async def health(self, *, timeout_s: float) -> bool: ...
 
     def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]: ...
+
+    async def loads(self, *, timeout_s: float) -> EngineLoad | None: ...
+
+    def kv_events(
+        self, start_sequence_number: int
+    ) -> AsyncGenerator[tuple[KvEventBatch | None, EngineLoad | None], None]: ...
 
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None: ...
 

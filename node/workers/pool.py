@@ -2,6 +2,8 @@
 
 Invariants: a worker is in rotation only after a successful health check; it leaves rotation after
 ``health_failures_to_unhealthy`` failed checks in a row, or at once when a request to it fails to connect.
+Load comes from GetLoads on every health check, and from the KV-event stream's load records where a worker
+publishes them. With a KV index (cache_aware routing), every worker's SubscribeKvEvents stream feeds it.
 """
 
 from __future__ import annotations
@@ -9,18 +11,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from node.config import WorkerPoolConfig
-from node.errors import NoHealthyWorker, WorkerFailed
-from node.routing.policy import RouteRequest, RoutingPolicy
+from node.errors import KvEventsUnsupported, NoHealthyWorker, WorkerFailed
+from node.routing.kv_index import KvIndex, Resubscribe
+from node.routing.policy import LoadView, RouteRequest, RoutingPolicy
 from node.tasks import Supervisor
 from node.workers.client import WorkerClient
+from node.workers.kv_convert import EngineLoad
 from node.workers.types import ModelInfo
 
 log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[str], WorkerClient]
+
+# A broken KV-event stream is retried after this pause, doubling up to the cap.
+KV_RETRY_MIN_S = 0.5
+KV_RETRY_MAX_S = 30.0
 
 
 @dataclass(slots=True, eq=False)
@@ -30,6 +38,8 @@ class Worker:
     consecutive_failures: int = 0
     in_flight: int = 0
     info: ModelInfo | None = None
+    load: LoadView | None = None
+    kv_events: str = "unknown"  # unknown | streaming | unsupported | retrying
     last_error: str = field(default="")
 
     @property
@@ -45,10 +55,12 @@ class WorkerPool:
         client_factory: ClientFactory,
         policy: RoutingPolicy,
         supervisor: Supervisor,
+        kv_index: KvIndex | None = None,
     ) -> None:
         self._config = config
         self._policy = policy
         self._supervisor = supervisor
+        self._kv_index = kv_index
         self._workers = [Worker(client=client_factory(url)) for url in config.workers]
         self._model_info_ready = asyncio.Event()
 
@@ -56,21 +68,33 @@ class WorkerPool:
     def workers(self) -> Sequence[Worker]:
         return self._workers
 
+    @property
+    def policy_name(self) -> str:
+        return self._policy.name
+
     def healthy(self) -> list[Worker]:
         return [w for w in self._workers if w.healthy]
 
     def start(self) -> None:
+        self._policy.on_workers_changed([w.url for w in self._workers])
         self._supervisor.spawn(self._health_loop(), name="worker-health")
+        if self._kv_index is not None:
+            for w in self._workers:
+                self._supervisor.spawn(self._kv_loop(w, self._kv_index), name=f"kv-events-{w.url}")
 
     async def close(self) -> None:
         await asyncio.gather(*(w.client.close() for w in self._workers), return_exceptions=True)
 
     def select(self, request: RouteRequest) -> Worker:
-        """Pick a worker for ``request``; raises NoHealthyWorker (503) when none is in rotation."""
+        """Pick a worker for ``request`` and tell the policy; raises NoHealthyWorker (503) when none is in
+        rotation. Synchronous on purpose: select and on_routed happen with no await in between."""
         candidates = self.healthy()
         if not candidates:
             raise NoHealthyWorker("no healthy worker is available to serve this request; try again later")
-        return self._policy.select(candidates, request)
+        stamped = replace(request, now_s=asyncio.get_running_loop().time())
+        chosen = self._policy.select(candidates, stamped)
+        self._policy.on_routed(chosen, stamped)
+        return chosen
 
     def report_failure(self, worker: Worker, error: WorkerFailed) -> None:
         """A request could not reach ``worker``: take it out of rotation until a health check passes."""
@@ -97,20 +121,35 @@ class WorkerPool:
             return None
         return next(w.info for w in self._workers if w.info is not None)
 
+    def _set_load(self, worker: Worker, load: EngineLoad) -> None:
+        worker.load = LoadView(
+            running=load.running,
+            waiting=load.waiting,
+            waiting_uncached_tokens=load.waiting_uncached_tokens,
+            token_usage=load.token_usage,
+            gen_throughput=load.gen_throughput,
+            updated_at=asyncio.get_running_loop().time() - load.age_s,
+        )
+
     async def _health_loop(self) -> None:
         while True:
             await asyncio.gather(*(self._check(w) for w in self._workers))
             await asyncio.sleep(self._config.health_interval_s)
 
     async def _check(self, worker: Worker) -> None:
-        ok = await worker.client.health(timeout_s=self._config.health_timeout_s)
-        if ok and worker.info is None:
-            try:
-                worker.info = await worker.client.model_info(timeout_s=self._config.health_timeout_s)
+        timeout = self._config.health_timeout_s
+        ok = await worker.client.health(timeout_s=timeout)
+        try:
+            if ok and worker.info is None:
+                worker.info = await worker.client.model_info(timeout_s=timeout)
                 self._model_info_ready.set()
-            except WorkerFailed as exc:
-                ok = False
-                worker.last_error = exc.message
+            if ok and worker.kv_events != "streaming":  # the stream's load records are fresher than a poll
+                load = await worker.client.loads(timeout_s=timeout)
+                if load is not None:
+                    self._set_load(worker, load)
+        except WorkerFailed as exc:
+            ok = False
+            worker.last_error = exc.message
         if ok:
             if not worker.healthy:
                 log.info("worker %s healthy", worker.url)
@@ -123,3 +162,31 @@ class WorkerPool:
         if worker.healthy and worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
             log.warning("worker %s unhealthy after %d failed checks", worker.url, worker.consecutive_failures)
             worker.healthy = False
+
+    async def _kv_loop(self, worker: Worker, index: KvIndex) -> None:
+        """Feed ``index`` from the worker's KV events, resubscribing after gaps and broken streams."""
+        pause = KV_RETRY_MIN_S
+        while True:
+            try:
+                gap = False
+                async for batch, load in worker.client.kv_events(index.resume_from(worker.url)):
+                    worker.kv_events = "streaming"
+                    pause = KV_RETRY_MIN_S
+                    if load is not None:
+                        self._set_load(worker, load)
+                    if batch is not None and isinstance(index.apply(worker.url, batch), Resubscribe):
+                        log.info("KV events of %s skipped batches: resubscribing", worker.url)
+                        gap = True
+                        break
+                if not gap:  # the worker ended the stream: reconnect, but never in a tight loop
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, KV_RETRY_MAX_S)
+            except KvEventsUnsupported:
+                worker.kv_events = "unsupported"
+                log.info("worker %s publishes no KV events: routing learns from its own decisions", worker.url)
+                return
+            except WorkerFailed as exc:
+                worker.kv_events = "retrying"
+                log.debug("KV events of %s: %s", worker.url, exc.message)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, KV_RETRY_MAX_S)

@@ -10,11 +10,14 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import grpc
+from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 
 from node.config import parse_worker_url
-from node.errors import WorkerFailed
+from node.errors import KvEventsUnsupported, WorkerFailed
+from node.routing.kv_events import KvEventBatch
+from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
 
 # Prompts of 128k tokens are ~0.5 MB of varints; logprobs and snapshots can be larger. Bounded, not unlimited.
@@ -152,6 +155,39 @@ class VllmGrpcClient:
             raise _rpc_error(self._url, "Generate", exc) from exc
         finally:
             # Early exit (stop string, client gone): end the RPC now; the caller also sends Abort.
+            call.cancel()
+
+    async def loads(self, *, timeout_s: float) -> EngineLoad | None:
+        """The engine's load (GetLoads); None when the worker does not implement it."""
+        try:
+            r = await self._stub.GetLoads(pb.GetLoadsRequest(), timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise _rpc_error(self._url, "GetLoads", exc) from exc
+        return convert_get_loads(r)
+
+    async def kv_events(
+        self, start_sequence_number: int
+    ) -> AsyncGenerator[tuple[KvEventBatch | None, EngineLoad | None], None]:
+        """SubscribeKvEvents: (batch, load record) pairs; the batch is None for a load-only record.
+
+        Raises KvEventsUnsupported when the worker does not publish KV events, WorkerFailed otherwise.
+        """
+        request = common_pb2.SubscribeKvEventsRequest(
+            start_sequence_number=start_sequence_number, load_records_before_first_batch=True
+        )
+        call = self._stub.SubscribeKvEvents(request)
+        try:
+            async for b in call:
+                load = convert_load_record(b.load) if b.HasField("load") else None
+                only_load = b.HasField("load") and b.load.load_only
+                yield (None if only_load else convert_batch(b)), load
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise KvEventsUnsupported(f"worker {self._url} publishes no KV events") from exc
+            raise _rpc_error(self._url, "SubscribeKvEvents", exc) from exc
+        finally:
             call.cancel()
 
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:

@@ -12,6 +12,7 @@ from openai import AsyncOpenAI
 
 from node.app import RunningNode, run_node
 from node.config import HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
+from node.routing.config import RoutingConfig
 from node.sim.config import SimWorkerConfig
 from node.sim.worker import SimWorker
 
@@ -27,8 +28,9 @@ class Cluster:
         return self.node.model.name
 
 
-def node_config(model_dir: Path, ports: list[int], **http: object) -> NodeConfig:
+def node_config(model_dir: Path, ports: list[int], routing: RoutingConfig | None = None, **http: object) -> NodeConfig:
     return NodeConfig(
+        routing=routing or RoutingConfig(),
         http=HttpConfig(port=0, **http),  # type: ignore[arg-type]
         model=ModelConfig(model_path=str(model_dir)),
         workers=WorkerPoolConfig(
@@ -53,10 +55,12 @@ def fast_sim(model_dir: Path, **kw: object) -> SimWorkerConfig:
 
 
 @contextlib.asynccontextmanager
-async def start_cluster(model_dir: Path, workers: int = 2, **sim: object) -> AsyncIterator[Cluster]:
+async def start_cluster(
+    model_dir: Path, workers: int = 2, routing: RoutingConfig | None = None, **sim: object
+) -> AsyncIterator[Cluster]:
     async with contextlib.AsyncExitStack() as stack:
         sims = [await stack.enter_async_context(SimWorker(fast_sim(model_dir, **sim))) for _ in range(workers)]
-        node = await stack.enter_async_context(run_node(node_config(model_dir, [s.port for s in sims])))
+        node = await stack.enter_async_context(run_node(node_config(model_dir, [s.port for s in sims], routing)))
         client = AsyncOpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0, timeout=30)
         stack.push_async_callback(client.close)
         yield Cluster(node=node, sims=sims, client=client)
