@@ -7,12 +7,18 @@ with special tokens matched first. A tokenizer.json qualifies when its pipeline 
 - model: BPE over the GPT-2 byte alphabet (every vocabulary entry maps to bytes through the GPT-2
   byte<->unicode table; all 256 single bytes present), no dropout, no subword prefixes/suffixes;
 - merge priority equals token rank: merge ``i`` produces a token whose id is >= that of merge ``i-1``, so
-  "lowest merge index first" (Hugging Face) and "lowest merged-token id first" (tiktoken) pick the same
-  pair. (With ``ignore_merges`` both also take a whole vocabulary word as one token.)
+  "lowest merge index first" (Hugging Face) and "lowest merged-token id first" (tiktoken) order pairs
+  alike. tiktoken also merges pairs the merge list lacks if they form a vocabulary token; that never
+  happens when every token is reachable from its own bytes by the listed merges (then any adjacent pair
+  forming a token in a reachable state is a listed merge). Trained vocabularies have that property
+  (checked offline for all of Llama-3's and DeepSeek's tokens; ~1 s per 128k tokens, so not at load).
+  With reachability, tiktoken's whole-piece lookup equals Hugging Face's ``ignore_merges`` either way.
 - no normalizer that changes text; pre-tokenizer: ``Split`` regexes (``Isolated``) then ByteLevel without
   a prefix space, or ByteLevel with its GPT-2 regex, expressible as one regex (`split_regex.compose`);
-- added tokens that tiktoken's special matcher finds where Hugging Face finds them
-  (`special_tokens.tiktoken_incompatibility`).
+- added tokens without lstrip/rstrip/single_word (`special_tokens.matching_problem`). When one
+  leftmost scan finds them where Hugging Face's two passes do (`special_tokens.single_pass_problem`),
+  tiktoken matches them itself in one call; otherwise `special_tokens.AddedTokenMatcher` splits the
+  text and the pieces between added tokens go to ``encode_ordinary``.
 
 Structure is necessary, not sufficient (regex engines differ in corner cases), so `build` also compares
 ids with Hugging Face on the probe corpus and declines on any difference.
@@ -28,7 +34,13 @@ from typing import Any, Final
 
 import tiktoken
 
-from node.pipeline.special_tokens import AddedToken, tiktoken_incompatibility
+from node.pipeline.special_tokens import (
+    AddedToken,
+    AddedTokenMatcher,
+    longest_match_pattern,
+    matching_problem,
+    single_pass_problem,
+)
 from node.pipeline.split_regex import GPT2_PATTERN, UnsupportedPattern, compose
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -50,19 +62,46 @@ class FastBpeEncoder:
     """Encodes like the Hugging Face tokenizer it was verified against, without the post-processor
     (callers add `encode_rules.Affixes`). Immutable; safe to share across threads."""
 
-    __slots__ = ("_allowed", "_encoding", "_fallback")
+    __slots__ = ("_encoding", "_fallback", "_matcher", "_plain_only", "_present")
 
-    def __init__(self, encoding: tiktoken.Encoding, fallback: Callable[[str], list[int]]) -> None:
+    def __init__(
+        self,
+        encoding: tiktoken.Encoding,
+        matcher: AddedTokenMatcher,
+        fallback: Callable[[str], list[int]],
+        *,
+        single_pass: bool,
+    ) -> None:
         self._encoding = encoding
-        self._allowed = encoding.special_tokens_set  # computed once: tiktoken would rebuild it per call
+        self._matcher = matcher
         self._fallback = fallback
+        # tiktoken converts the allowed-special set on every call: ~50 us for 256 tokens, ~250 us for
+        # DeepSeek's 1,283. Allowing only the added tokens present in the text keeps that negligible.
+        self._present = re.compile(longest_match_pattern(matcher.ids)).findall if single_pass else None
+        self._plain_only = not matcher.ids  # no added tokens at all
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` with added-token text encoded as the added tokens' ids."""
+        """Ids of ``text``; added-token text becomes the added tokens' ids."""
         if not text.isascii() and _SURROGATE.search(text):
             # tiktoken silently replaces lone surrogates; Hugging Face rejects them. Keep its behavior.
             return self._fallback(text)
-        return self._encoding.encode(text, allowed_special=self._allowed, disallowed_special=())
+        if self._plain_only:
+            return self._encoding.encode_ordinary(text)
+        if self._present is not None:
+            present = self._present(text)
+            if not present:
+                return self._encoding.encode_ordinary(text)
+            return self._encoding.encode(text, allowed_special=set(present), disallowed_special=())
+        ids: list[int] = []
+        start = 0
+        for begin, end in self._matcher.spans(text):
+            if start < begin:
+                ids.extend(self._encoding.encode_ordinary(text[start:begin]))
+            ids.append(self._matcher.ids[text[begin:end]])
+            start = end
+        if start < len(text):
+            ids.extend(self._encoding.encode_ordinary(text[start:]))
+        return ids
 
 
 def plan(definition: Mapping[str, Any], added: Sequence[AddedToken]) -> tiktoken.Encoding | str:
@@ -85,7 +124,7 @@ def plan(definition: Mapping[str, Any], added: Sequence[AddedToken]) -> tiktoken
         pattern = compose(patterns)
     except UnsupportedPattern as exc:
         return f"pre-tokenizer regex not expressible for tiktoken: {exc}"
-    reason = tiktoken_incompatibility(added)
+    reason = matching_problem(added)
     if reason is not None:
         return reason
     added_contents = {t.content for t in added}
@@ -104,19 +143,21 @@ def plan(definition: Mapping[str, Any], added: Sequence[AddedToken]) -> tiktoken
 
 def build(
     definition: Mapping[str, Any],
-    added: Sequence[AddedToken],
+    matcher: AddedTokenMatcher,
     reference: Callable[[str], list[int]],
     probes: Sequence[str],
 ) -> FastBpeEncoder | str:
     """A verified fast encoder for the tokenizer ``definition`` describes, or why there is none.
 
-    ``reference`` is the Hugging Face encoder without special tokens added; the fast encoder is returned
-    only if it gives the same ids on every probe text.
+    ``matcher`` finds the tokenizer's added tokens (plan requires an identity normalizer, so it must run
+    both passes). ``reference`` is the Hugging Face encoder without special tokens added; the fast encoder
+    is returned only if it gives the same ids on every probe text.
     """
-    encoding = plan(definition, added)
+    encoding = plan(definition, matcher.tokens)
     if isinstance(encoding, str):
         return encoding
-    encoder = FastBpeEncoder(encoding, reference)
+    single_pass = single_pass_problem(matcher.tokens) is None
+    encoder = FastBpeEncoder(encoding, matcher, reference, single_pass=single_pass)
     for text in probes:
         if encoder.encode(text) != reference(text):
             return f"ids differ from Hugging Face on probe text {text[:40]!r}"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from node.pipeline.special_tokens import AddedToken, AddedTokenMatcher
+from node.pipeline.special_tokens import AddedToken, AddedTokenMatcher, matching_problem
 
 EncodeFn = Callable[[str, bool], list[int]]  # (text, add_special_tokens) -> ids
 
@@ -143,6 +143,7 @@ def _prefix_length(full: list[int], plain: list[int], around: list[int]) -> int 
 def segmentation_hazard(
     definition: Mapping[str, Any],
     raw: Any,
+    *,
     matcher: AddedTokenMatcher,
     affixes: Affixes | None,
     encode: EncodeFn,
@@ -156,9 +157,9 @@ def segmentation_hazard(
         return "the post-processor does more than add ids around the text"
     if raw.truncation is not None or raw.padding is not None:
         return "truncation or padding is configured"
-    for t in matcher.tokens:
-        if t.lstrip or t.rstrip or t.single_word:
-            return f"added token {t.content!r} strips whitespace or must be a single word"
+    problem = matching_problem(matcher.tokens)
+    if problem is not None:
+        return problem
     for c in components(definition.get("normalizer"), "normalizers"):
         if c.get("type") not in _PIECEWISE_NORMALIZERS:
             return f"normalizer {c.get('type')!r} is not known to work piece by piece"

@@ -35,7 +35,7 @@ class AddedToken:
 _Trie: TypeAlias = dict[str, "_Trie"]  # "" marks the end of a word
 
 
-def _trie_pattern(words: Iterable[str]) -> str:
+def longest_match_pattern(words: Iterable[str]) -> str:
     """A regex matching the longest of ``words`` at a position: a trie whose every node tries its
     continuations before ending, so backtracking settles on the deepest word along the (unique) path."""
     root: _Trie = {}
@@ -60,17 +60,18 @@ class AddedTokenMatcher:
 
     ``second_pass`` is False when the tokenizer has a normalizer that changes text: the second pass then
     runs on text this class never sees, so only first-pass matches are reported (every one of them is
-    still a true match, which is all `boundaries` promises).
+    still a true match, which is all `boundaries` promises). Exact only if `matching_problem` finds none.
     """
 
-    __slots__ = ("_first", "_second", "tokens")
+    __slots__ = ("_first", "_second", "ids", "tokens")
 
     def __init__(self, tokens: Sequence[AddedToken], *, second_pass: bool = True) -> None:
         self.tokens = tuple(tokens)
+        self.ids: dict[str, int] = {t.content: t.id for t in tokens}  # the id of each matched text
         first = [t.content for t in tokens if not t.normalized and t.content]
         second = [t.content for t in tokens if t.normalized and t.content] if second_pass else []
-        self._first = re.compile(_trie_pattern(first)) if first else None
-        self._second = re.compile(_trie_pattern(second)) if second else None
+        self._first = re.compile(longest_match_pattern(first)) if first else None
+        self._second = re.compile(longest_match_pattern(second)) if second else None
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """(start, end) of every occurrence, in text order."""
@@ -93,24 +94,39 @@ class AddedTokenMatcher:
     def boundaries(self, text: str) -> list[int]:
         """The end offsets of all occurrences: positions where ``text`` can be cut and each side
         tokenized on its own with the same result."""
+        if self._second is None:
+            return [] if self._first is None else [m.end() for m in self._first.finditer(text)]
         return [end for _, end in self.spans(text)]
 
 
-def tiktoken_incompatibility(tokens: Sequence[AddedToken]) -> str | None:
-    """Why tiktoken's special-token matching would differ from Hugging Face's for ``tokens``, or None.
+def matching_problem(tokens: Sequence[AddedToken]) -> str | None:
+    """Why `AddedTokenMatcher` could miss where Hugging Face places ``tokens``, or None.
 
-    tiktoken finds special tokens in one leftmost-first pass over an alternation in unspecified order.
-    That equals Hugging Face's leftmost-longest two-pass scan when (a) no token is a prefix of another (at
-    most one token can match at a position, so order and length preference do not matter) and (b) no
-    second-pass token can start before a first-pass token it overlaps (contain it, or end inside it),
-    since the first pass would claim the first-pass token and a single pass the earlier one.
+    ``lstrip``/``rstrip`` make a match absorb neighbouring whitespace and ``single_word`` rejects matches
+    inside words; this matcher implements neither.
     """
     for t in tokens:
+        if not t.content:
+            return "an added token is empty"
         if t.lstrip or t.rstrip or t.single_word:
             return f"added token {t.content!r} strips whitespace or must be a single word"
+    return None
+
+
+def single_pass_problem(tokens: Sequence[AddedToken]) -> str | None:
+    """Why one leftmost scan over all ``tokens`` (tiktoken's special-token matching, in any alternation
+    order) could find other occurrences than Hugging Face's two passes, or None.
+
+    They agree when (a) no token is a prefix of another: at most one token matches at a position, so
+    neither order nor length preference matters; and (b) no second-pass token can start before a
+    first-pass token it overlaps (contain it, or end inside it): the first pass would claim the
+    first-pass token, a single pass the earlier one.
+    """
+    problem = matching_problem(tokens)
+    if problem is not None:
+        return problem
     contents = {t.content for t in tokens}
-    prefixes = {c[:i] for c in contents for i in range(1, len(c))}
-    nested = sorted(contents & prefixes)
+    nested = sorted(contents & {c[:i] for c in contents for i in range(1, len(c))})
     if nested:
         return f"added token {nested[0]!r} is a prefix of another added token"
     first = [t.content for t in tokens if not t.normalized]

@@ -14,6 +14,7 @@ ids Hugging Face returns; each shortcut is established when the tokenizer loads 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -58,7 +59,7 @@ class EncodePath:
     encoder: str  # "tiktoken" or "huggingface"
     encoder_reason: str | None  # why not tiktoken; None when it is used (or was not requested)
     prefix_cache: bool  # L1 active
-    prefix_cache_reason: str | None  # why L1 is off for this tokenizer, when the cache is on
+    prefix_cache_reason: str | None  # why L1 cannot be exact for this tokenizer (None: it can)
 
 
 class Tokenizer:
@@ -69,8 +70,11 @@ class Tokenizer:
         "_affixes",
         "_cache",
         "_cached",
+        "_encoder_reason",
         "_fast",
         "_raw",
+        "_rules",
+        "_segment_hazard",
         "encode_path",
         "fingerprint",
         "special_token_ids",
@@ -102,47 +106,62 @@ class Tokenizer:
         probes = probe_texts(t.content for t in added)
         self._affixes = post_processor_affixes(spec, self._hf_encode, probes[:_AFFIX_PROBES])
 
+        # Without a normalizer that changes text, both of Hugging Face's added-token passes see raw text.
+        matcher = AddedTokenMatcher(added, second_pass=normalizer_is_identity(spec))
         self._fast: bpe_fast.FastBpeEncoder | None = None
         encoder_reason: str | None = None
         if fast:
-            built = self._build_fast(spec, added, probes)
+            built = self._build_fast(spec, matcher, probes)
             if isinstance(built, str):
                 encoder_reason = built
             else:
                 self._fast = built
 
+        # Decided once, whatever the cache: `with_cache` can then attach one without re-analysing.
+        self._segment_hazard = segmentation_hazard(
+            spec,
+            raw,
+            matcher=matcher,
+            affixes=self._affixes,
+            encode=self._hf_encode,
+            probes=[p for p in probes if len(matcher.boundaries(p)) <= _MAX_PROBE_CUTS],
+        )
+        self._rules: SegmentRules | None = None
+        if self._segment_hazard is None and self._affixes is not None:
+            plain = self._fast.encode if self._fast is not None else self._hf_encode_plain
+            self._rules = SegmentRules(matcher.boundaries, plain, self._affixes)
+        self._encoder_reason = encoder_reason
+        self._attach(cache)
+
+    def _attach(self, cache: TokenizerCacheConfig | TokenCache | None) -> None:
         self._cache = TokenCache(cache) if isinstance(cache, TokenizerCacheConfig) else cache
-        self._cached: CachedEncoder | None = None
-        hazard: str | None = None
-        if self._cache is not None:
-            matcher = AddedTokenMatcher(added, second_pass=normalizer_is_identity(spec))
-            hazard = segmentation_hazard(
-                spec,
-                raw,
-                matcher,
-                self._affixes,
-                self._hf_encode,
-                [p for p in probes if len(matcher.boundaries(p)) <= _MAX_PROBE_CUTS],
-            )
-            rules = (
-                None if hazard is not None or self._affixes is None else SegmentRules(matcher.boundaries, self._affixes)
-            )
-            self._cached = CachedEncoder(self._cache, fingerprint=fingerprint, encode=self._encode, rules=rules)
+        self._cached = (
+            CachedEncoder(self._cache, fingerprint=self.fingerprint, encode=self._encode, rules=self._rules)
+            if self._cache is not None
+            else None
+        )
         self.encode_path = EncodePath(
             encoder="tiktoken" if self._fast is not None else "huggingface",
-            encoder_reason=encoder_reason,
+            encoder_reason=self._encoder_reason,
             prefix_cache=self._cached is not None and self._cached.prefix_cache_active,
-            prefix_cache_reason=hazard,
+            prefix_cache_reason=self._segment_hazard,
         )
 
+    def with_cache(self, cache: TokenizerCacheConfig | TokenCache | None) -> Tokenizer:
+        """The same tokenizer (sharing its encoders; no re-analysis) behind another cache, e.g. one
+        `TokenCache` shared by every served model, or none."""
+        clone = copy.copy(self)
+        clone._attach(cache)
+        return clone
+
     def _build_fast(
-        self, spec: Mapping[str, Any], added: Sequence[Any], probes: Sequence[str]
+        self, spec: Mapping[str, Any], matcher: AddedTokenMatcher, probes: Sequence[str]
     ) -> bpe_fast.FastBpeEncoder | str:
         if self._affixes is None:
             return "the post-processor does more than add ids around the text"
         if self._raw.truncation is not None or self._raw.padding is not None:
             return "truncation or padding is configured"
-        return bpe_fast.build(spec, added, lambda text: self._hf_encode(text, False), probes)
+        return bpe_fast.build(spec, matcher, self._hf_encode_plain, probes)
 
     @classmethod
     def from_bytes(
@@ -215,6 +234,11 @@ class Tokenizer:
         """Hit/miss/size counters of the cache behind this tokenizer (shared caches count all users)."""
         return self._cache.stats() if self._cache is not None else None
 
+    def clear_cache(self) -> None:
+        """Drop every cached entry (of all tokenizers sharing the cache); counters keep counting."""
+        if self._cache is not None:
+            self._cache.clear()
+
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
         """Text for ``ids``; ``skip_special_tokens`` drops the ids in `special_token_ids`."""
         return self._raw.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -240,6 +264,9 @@ class Tokenizer:
 
     def _hf_encode(self, text: str, add_special_tokens: bool) -> list[int]:
         return self._hf_encode_batch([text], add_special_tokens)[0]
+
+    def _hf_encode_plain(self, text: str) -> list[int]:
+        return self._hf_encode_batch([text], False)[0]
 
     def _hf_encode_batch(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
         if _HAS_FAST_BATCH:

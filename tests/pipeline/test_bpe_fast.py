@@ -1,0 +1,146 @@
+"""The tiktoken fast path: which tokenizers take it, and that it is id-identical to Hugging Face."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from node.pipeline import bpe_fast
+from node.pipeline.encode_rules import read_added_tokens
+from node.pipeline.probe_corpus import probe_texts
+from node.pipeline.special_tokens import AddedTokenMatcher
+from node.pipeline.tokenizer import Tokenizer
+from tests.pipeline import _crafted_tokenizers as crafted
+from tests.pipeline import _tokenizers
+from tests.pipeline._texts import adversarial_text
+
+LLAMA3_SPECIALS = ("<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>")
+DEEPSEEK_SPECIALS = (
+    "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜tool▁sep｜>",
+    "<｜tool▁calls▁begin｜>", "<｜/table>｜", "｜DSML｜", "<dsml:", "</dsml:", "<think>", "</think>", "<|EOT|>",
+)  # fmt: skip
+_SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _reference(tok: Tokenizer, text: str, flag: bool) -> list[int]:
+    return list(tok.raw.encode(text, add_special_tokens=flag).ids)
+
+
+@pytest.mark.parametrize("family", ["llama3", "deepseek"])
+def test_real_tokenizers_take_the_fast_path(family: str, request: pytest.FixtureRequest) -> None:
+    tok: Tokenizer = request.getfixturevalue(f"{family}_tokenizer")
+    assert tok.encode_path.encoder == "tiktoken", tok.encode_path.encoder_reason
+    assert tok.encode_path.prefix_cache, tok.encode_path.prefix_cache_reason
+
+
+@_SETTINGS
+@given(text=adversarial_text(LLAMA3_SPECIALS), flag=st.booleans())
+def test_llama3_fast_equals_hf(llama3_tokenizer: Tokenizer, text: str, flag: bool) -> None:
+    assert llama3_tokenizer.encode_uncached(text, add_special_tokens=flag) == _reference(llama3_tokenizer, text, flag)
+
+
+@_SETTINGS
+@given(text=adversarial_text(DEEPSEEK_SPECIALS), flag=st.booleans())
+def test_deepseek_fast_equals_hf(deepseek_tokenizer: Tokenizer, text: str, flag: bool) -> None:
+    assert deepseek_tokenizer.encode_uncached(text, add_special_tokens=flag) == _reference(
+        deepseek_tokenizer, text, flag
+    )
+
+
+@pytest.mark.parametrize("family", ["llama3", "deepseek"])
+def test_every_added_token_and_probe_text(family: str, request: pytest.FixtureRequest) -> None:
+    tok: Tokenizer = request.getfixturevalue(f"{family}_tokenizer")
+    added = [t.content for t in read_added_tokens(tok.raw)]
+    texts = [*probe_texts(added), *added, "".join(f"{a}{a[1:]}{a[:-1]}" for a in added)]
+    ours = [tok.encode_uncached(t, add_special_tokens=False) for t in texts]
+    assert ours == [e.ids for e in tok.raw.encode_batch(texts, add_special_tokens=False)]
+
+
+def test_long_prompt(llama3_tokenizer: Tokenizer, deepseek_tokenizer: Tokenizer) -> None:
+    text = "".join(probe_texts(LLAMA3_SPECIALS + DEEPSEEK_SPECIALS)) * 3
+    for tok in (llama3_tokenizer, deepseek_tokenizer):
+        assert tok.encode_uncached(text, add_special_tokens=True) == _reference(tok, text, True)
+
+
+def test_lone_surrogates_are_rejected_like_hf(llama3_tokenizer: Tokenizer) -> None:
+    with pytest.raises(TypeError):
+        llama3_tokenizer.raw.encode("a\ud800b")
+    with pytest.raises(TypeError):
+        llama3_tokenizer.encode_uncached("a\ud800b", add_special_tokens=False)
+
+
+def test_trained_byte_level_bpe_takes_the_fast_path() -> None:
+    tok = crafted.wrap(crafted.byte_bpe())
+    assert tok.encode_path.encoder == "tiktoken", tok.encode_path.encoder_reason
+    text = "The quick brown fox <|eot|> said 12345 naïve 🎉<|bos|>"
+    assert tok.encode_uncached(text, add_special_tokens=True) == _reference(tok, text, True)
+
+
+def _definition(tok: Any) -> dict[str, Any]:
+    return dict(json.loads(tok.to_str()))
+
+
+def _plan(definition: dict[str, Any], tok: Any) -> object:
+    return bpe_fast.plan(definition, read_added_tokens(tok))
+
+
+def test_declines_what_tiktoken_cannot_express() -> None:
+    hf = crafted.byte_bpe()
+    base = _definition(hf)
+    assert not isinstance(_plan(base, hf), str)
+
+    unigram = _tokenizers.sentencepiece("metaspace")
+    assert "not BPE" in str(_plan(_definition(unigram), unigram))
+
+    nfc = {**base, "normalizer": {"type": "NFC"}}
+    assert "normalizer" in str(_plan(nfc, hf))
+
+    prefix_space = json.loads(json.dumps(base))
+    prefix_space["pre_tokenizer"]["pretokenizers"][-1]["add_prefix_space"] = True
+    assert "prefix space" in str(_plan(prefix_space, hf))
+
+    anchored = json.loads(json.dumps(base))
+    anchored["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"^\s+|\w+"
+    assert "not expressible" in str(_plan(anchored, hf))
+
+    shuffled = json.loads(json.dumps(base))
+    merges = shuffled["model"]["merges"]
+    merges[0], merges[-1] = merges[-1], merges[0]
+    assert "merge priority" in str(_plan(shuffled, hf))
+
+    stripping = json.loads(json.dumps(base))
+    stripping["added_tokens"][0]["rstrip"] = True
+    hf_stripping = type(hf).from_str(json.dumps(stripping))
+    assert "strips whitespace" in str(_plan(stripping, hf_stripping))
+
+
+def test_declines_on_a_probe_difference() -> None:
+    hf = crafted.byte_bpe()
+    definition = _definition(hf)
+    added = read_added_tokens(hf)
+
+    def off_by_one(text: str) -> list[int]:  # a reference that disagrees on one probe
+        ids = list(hf.encode(text, add_special_tokens=False).ids)
+        return [*ids, 0] if "fox" in text else ids
+
+    result = bpe_fast.build(definition, AddedTokenMatcher(added), off_by_one, probe_texts(a.content for a in added))
+    assert isinstance(result, str) and "differ" in result
+
+
+@pytest.fixture(scope="module")
+def overlapping() -> Tokenizer:
+    # "x<|a" (second pass) can start before "<|a|>" (first pass), and some specials nest: tiktoken's own
+    # special matching would get these wrong; the fast path uses Hugging Face's two-pass semantics.
+    tok = crafted.wrap(crafted.byte_bpe(crafted.OVERLAPPING, ("x<|a", "ST]x|")), cache=None)
+    assert tok.encode_path.encoder == "tiktoken", tok.encode_path.encoder_reason
+    return tok
+
+
+@_SETTINGS
+@given(text=adversarial_text((*crafted.OVERLAPPING, "x<|a", "ST]x|")), flag=st.booleans())
+def test_overlapping_added_tokens_fast_equals_hf(overlapping: Tokenizer, text: str, flag: bool) -> None:
+    assert overlapping.encode(text, add_special_tokens=flag) == _reference(overlapping, text, flag)
