@@ -1,8 +1,8 @@
-"""The composition root: builds workers -> model -> HTTP on one AsyncExitStack and unwinds in reverse.
+"""The composition root: builds storage -> workers -> model -> HTTP on one AsyncExitStack and unwinds in reverse.
 
 Shutdown order (reverse of construction): stop accepting HTTP and let in-flight requests finish (bounded by
 ``shutdown_grace_s``), then cancel and await background tasks (health checks, Aborts), then close worker
-channels and the CPU pool.
+channels and the CPU pool, and last close the history stores (so in-flight responses can still be stored).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from node.tasks import Supervisor
 from node.workers.client import WorkerClient
 from node.workers.pool import WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
+from storage.factory import open_stores
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ async def run_node(
     if not config.workers.workers:
         raise ValueError("at least one worker is required (--worker grpc://host:port)")
     async with contextlib.AsyncExitStack() as stack:
+        stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
         routing = config.routing
         kv_index = KvIndex(routing.kv_index_max_blocks) if routing.policy == "cache_aware" else None
@@ -102,6 +104,8 @@ async def run_node(
             metrics=metrics,
             max_body_bytes=config.http.max_body_bytes,
             routing_key_header=routing.routing_key_header,
+            stores=stores,
+            tenancy=config.api,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)

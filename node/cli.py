@@ -19,8 +19,10 @@ from typing import Any, TypeVar
 from node import configload
 from node.cluster import ClusterConfig
 from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
+from node.http.tenancy import ApiConfig
 from node.logs import setup_logging
 from node.routing.config import RoutingConfig
+from storage.config import StorageConfig
 
 log = logging.getLogger("smg-node")
 
@@ -51,6 +53,8 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
         log=_build(LogConfig, args, values),
         cluster=_build(ClusterConfig, args, values),
         routing=_build(RoutingConfig, args, values),
+        storage=_build(StorageConfig, args, values),
+        api=_build(ApiConfig, args, values),
     )
 
 

@@ -11,7 +11,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from node.cluster import ClusterConfig
+from node.http.tenancy import ApiConfig
 from node.routing.config import RoutingConfig
+from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
 
@@ -115,6 +117,8 @@ class NodeConfig:
     log: LogConfig
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
 
 
 NODE_COMPONENTS: tuple[type, ...] = (
@@ -123,5 +127,7 @@ NODE_COMPONENTS: tuple[type, ...] = (
     WorkerPoolConfig,
     RoutingConfig,
     ClusterConfig,
+    StorageConfig,
+    ApiConfig,
     LogConfig,
 )

@@ -8,12 +8,17 @@ import msgspec
 from aiohttp import web
 
 from node.http.errors import error_body, error_middleware
+from node.http.history import History
 from node.http.openai_chat import ChatCompletions
 from node.http.openai_completions import Completions
+from node.http.openai_conversations import Conversations
+from node.http.openai_responses import Responses
+from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel
 from node.workers.pool import WorkerPool
+from storage.base import Stores
 
 
 def _json(obj: object, status: int = 200) -> web.Response:
@@ -28,6 +33,8 @@ def build_app(
     metrics: NodeMetrics,
     max_body_bytes: int,
     routing_key_header: str = "x-smg-routing-key",
+    stores: Stores,
+    tenancy: ApiConfig,
 ) -> web.Application:
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced.
@@ -103,4 +110,8 @@ def build_app(
     app.router.add_get("/health", health)
     app.router.add_get("/readiness", readiness)
     app.router.add_get("/metrics", metrics.handle)
+    # Responses and Conversations: history in `stores`, tenant per request as `tenancy` allows.
+    history = History(stores)
+    Responses(**api, history=history, tenancy=tenancy, routing_key_header=routing_key_header).add_routes(app)  # type: ignore[arg-type]
+    Conversations(history=history, tenancy=tenancy, max_body_bytes=max_body_bytes).add_routes(app)
     return app

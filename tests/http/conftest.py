@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest_asyncio
@@ -12,9 +12,11 @@ from openai import AsyncOpenAI
 
 from node.app import RunningNode, run_node
 from node.config import HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
+from node.http.tenancy import ApiConfig
 from node.routing.config import RoutingConfig
 from node.sim.config import SimWorkerConfig
 from node.sim.worker import SimWorker
+from storage.config import StorageConfig
 
 
 @dataclass
@@ -56,11 +58,19 @@ def fast_sim(model_dir: Path, **kw: object) -> SimWorkerConfig:
 
 @contextlib.asynccontextmanager
 async def start_cluster(
-    model_dir: Path, workers: int = 2, routing: RoutingConfig | None = None, **sim: object
+    model_dir: Path,
+    workers: int = 2,
+    routing: RoutingConfig | None = None,
+    *,
+    storage: StorageConfig | None = None,
+    api: ApiConfig | None = None,
+    **sim: object,
 ) -> AsyncIterator[Cluster]:
     async with contextlib.AsyncExitStack() as stack:
         sims = [await stack.enter_async_context(SimWorker(fast_sim(model_dir, **sim))) for _ in range(workers)]
-        node = await stack.enter_async_context(run_node(node_config(model_dir, [s.port for s in sims], routing)))
+        config = node_config(model_dir, [s.port for s in sims], routing)
+        config = replace(config, storage=storage or config.storage, api=api or config.api)
+        node = await stack.enter_async_context(run_node(config))
         client = AsyncOpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0, timeout=30)
         stack.push_async_callback(client.close)
         yield Cluster(node=node, sims=sims, client=client)

@@ -1,0 +1,104 @@
+"""The history stores as the HTTP edge uses them: storage errors mapped once to API errors, and fail-fast
+while the backend is known to be down.
+
+Mapping: NotFound -> 404, Conflict -> 409, InvalidInput -> 400, StorageUnavailable -> 503. The backend's
+own outage detail (addresses, driver errors) goes to the log, not to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from node.errors import GatewayError, InvalidRequest, NotFound
+from storage import errors as storage_errors
+from storage.base import ConversationStore, ResponseStore, Stores
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# After a StorageUnavailable, requests that need storage fail at once for this long instead of each waiting
+# out a connect timeout (or generating an answer that cannot be stored); the first request after it probes
+# the backend again, so recovery needs no restart and is noticed within this bound.
+OUTAGE_HOLD_S = 1.0
+
+UNAVAILABLE_MESSAGE = (
+    "The response history store is unavailable; retry later. Requests with store=false and without "
+    "previous_response_id or conversation do not need it."
+)
+
+
+class StorageUnavailableError(GatewayError):
+    status = 503
+    error_type = "service_unavailable"
+    code = "storage_unavailable"
+
+
+class StorageConflict(GatewayError):
+    status = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
+
+
+class OutageGate:
+    """Remembers a recent backend outage. Pure: the clock is injected."""
+
+    __slots__ = ("_clock", "_hold_s", "_open_until")
+
+    def __init__(self, hold_s: float = OUTAGE_HOLD_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._hold_s = hold_s
+        self._clock = clock
+        self._open_until = float("-inf")
+
+    def is_open(self) -> bool:
+        """True while the backend is presumed down (a failure within the last hold_s)."""
+        return self._clock() < self._open_until
+
+    def failed(self) -> None:
+        self._open_until = self._clock() + self._hold_s
+
+    def succeeded(self) -> None:
+        self._open_until = float("-inf")
+
+
+class History:
+    """Both stores behind one outage gate. Every storage call of the HTTP layer goes through `run`."""
+
+    def __init__(self, stores: Stores, gate: OutageGate | None = None) -> None:
+        self.responses: ResponseStore = stores.responses
+        self.conversations: ConversationStore = stores.conversations
+        self._gate = gate or OutageGate()
+
+    def check_available(self) -> None:
+        """Raises StorageUnavailableError (503) while a recent outage has not been probed again."""
+        if self._gate.is_open():
+            raise StorageUnavailableError(UNAVAILABLE_MESSAGE)
+
+    async def run(self, op: Callable[[], Awaitable[T]], *, param: str | None = None) -> T:
+        """Await one store call, mapping storage errors to API errors (``param`` names the request field
+        the ids came from). Raises StorageUnavailableError, NotFound, StorageConflict, InvalidRequest."""
+        self.check_available()
+        try:
+            result = await op()
+        except storage_errors.StorageUnavailable as exc:
+            self._gate.failed()
+            log.warning("history store unavailable: %s", exc)
+            raise StorageUnavailableError(UNAVAILABLE_MESSAGE) from exc
+        except storage_errors.NotFound as exc:
+            self._gate.succeeded()
+            raise NotFound(_sentence(exc), param=param) from exc
+        except storage_errors.Conflict as exc:
+            self._gate.succeeded()
+            raise StorageConflict(_sentence(exc), param=param) from exc
+        except storage_errors.InvalidInput as exc:
+            raise InvalidRequest(_sentence(exc), param=param) from exc
+        self._gate.succeeded()
+        return result
+
+
+def _sentence(exc: Exception) -> str:
+    text = str(exc)
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")

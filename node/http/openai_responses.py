@@ -1,0 +1,372 @@
+"""The OpenAI Responses API: POST /v1/responses (JSON or SSE), GET/DELETE /v1/responses/{id},
+GET /v1/responses/{id}/input_items.
+
+A turn's context is, in order: `instructions` (a system message; never inherited through
+previous_response_id), the items of the previous_response_id chain or of the conversation, then the new
+input items. It is rendered with the model's chat template and generated like a chat completion.
+
+Durable before acknowledged: with store=true (the default) the response, its input items and its output are
+written before the JSON answer or the terminal stream event leaves; a failed write turns the answer into a
+503 (JSON) or response.failed (stream), never a success the store does not know. With a conversation the
+new input and output items are appended to it in the same write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from aiohttp import web
+
+from node.errors import GatewayError, InvalidRequest
+from node.http import openai_common as common
+from node.http.errors import read_json
+from node.http.history import History
+from node.http.pages import json_response, mint_id, page_object, page_query
+from node.http.responses_stream import ResponseEvents
+from node.http.responses_types import ResponsesRequest
+from node.http.sse import SSE_HEADERS
+from node.http.tenancy import ApiConfig, tenant_of
+from node.pipeline import responses_items as items
+from node.pipeline.cpu import CpuPool
+from node.pipeline.generate import GenerateSpec, Generation, Usage
+from node.pipeline.served_model import ServedModel
+from node.pipeline.template import TemplateError
+from node.workers.pool import WorkerPool
+from storage.base import MAX_ITEMS_PER_ADD, MAX_PAGE_LIMIT, Item, ResponseRecord
+from storage.errors import InvalidInput
+from storage.validation import check_metadata
+
+# Bound on the conversation items loaded as one turn's context (100 per page); past it the request is a 400
+# rather than an unbounded read. The context window usually refuses such a prompt long before.
+MAX_CONVERSATION_CONTEXT_ITEMS = 10_000
+
+
+def usage_object(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One create request after validation: what the response object and the stored record are built from."""
+
+    id: str
+    created_at: int
+    tenant: str
+    req: ResponsesRequest
+    inputs: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    temperature: float
+    top_p: float
+    model: str
+
+    def response(
+        self,
+        *,
+        status: str,
+        output: list[dict[str, Any]],
+        usage: Usage | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        req = self.req
+        conv = req.conversation_id
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": error,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": req.parallel_tool_calls,
+            "previous_response_id": req.previous_response_id,
+            "conversation": {"id": conv} if conv is not None else None,
+            "store": req.store,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "tool_choice": req.tool_choice,
+            "tools": self.tools,
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
+            "usage": usage_object(usage) if usage is not None else None,
+            "user": req.user,
+            "metadata": req.metadata or {},
+        }
+
+
+def _in_progress_item(item_id: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+
+
+def _failed(exc: GatewayError) -> dict[str, Any]:
+    return {"code": "server_error", "message": exc.message}
+
+
+class Responses:
+    def __init__(
+        self,
+        *,
+        model: ServedModel,
+        pool: WorkerPool,
+        cpu: CpuPool,
+        history: History,
+        tenancy: ApiConfig,
+        max_body_bytes: int,
+        on_usage: Callable[[Usage], None] = lambda usage: None,
+        routing_key_header: str = "x-smg-routing-key",
+    ) -> None:
+        self._model = model
+        self._pool = pool
+        self._cpu = cpu
+        self._history = history
+        self._tenancy = tenancy
+        self._max_body = max_body_bytes
+        self._on_usage = on_usage
+        self._routing_key_header = routing_key_header
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/responses", self.create)
+        app.router.add_get("/v1/responses/{response_id}", self.retrieve)
+        app.router.add_delete("/v1/responses/{response_id}", self.delete)
+        app.router.add_get("/v1/responses/{response_id}/input_items", self.input_items)
+
+    # --- create -----------------------------------------------------------------------------------------
+
+    def _validate(self, req: ResponsesRequest) -> str | list[Any]:
+        """Checks that need no storage; returns the input. Raises InvalidRequest / ModelNotFound."""
+        common.check_model(req.model, self._model)
+        common.validate_sampling(req, self._model)
+        if req.n != 1:
+            raise InvalidRequest("'n' must be 1 for the Responses API.", param="n")
+        if req.input is None:
+            raise InvalidRequest("Missing required parameter: 'input'.", param="input")
+        if req.previous_response_id is not None and req.conversation is not None:
+            raise InvalidRequest(
+                "'previous_response_id' and 'conversation' cannot be used together.", param="previous_response_id"
+            )
+        if req.metadata is not None:
+            try:
+                check_metadata(req.metadata)
+            except InvalidInput as exc:
+                raise InvalidRequest(f"Invalid 'metadata': {exc}.", param="metadata") from exc
+        return req.input
+
+    async def _context(self, tenant: str, req: ResponsesRequest) -> list[Mapping[str, Any]]:
+        """The stored items this turn continues from (chain or conversation), oldest first."""
+        history = self._history
+        prev = req.previous_response_id
+        if prev is not None:
+            chain = await history.run(lambda: history.responses.load_chain(tenant, prev), param="previous_response_id")
+            return [item.body for item in chain]
+        conv = req.conversation_id
+        if conv is None:
+            return []
+        loaded: list[Mapping[str, Any]] = []
+        after: str | None = None
+        while True:
+            page = await history.run(
+                partial(history.conversations.list_items, tenant, conv, after=after, limit=MAX_PAGE_LIMIT, order="asc"),
+                param="conversation",
+            )
+            loaded.extend(item.body for item in page.items)
+            if not page.has_more:
+                return loaded
+            if len(loaded) >= MAX_CONVERSATION_CONTEXT_ITEMS:
+                raise InvalidRequest(
+                    f"The conversation holds more than {MAX_CONVERSATION_CONTEXT_ITEMS} items.", param="conversation"
+                )
+            after = page.last_id
+
+    def _prompt_ids(
+        self, req: ResponsesRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> list[int]:
+        """Render and tokenize (runs on the CPU pool for long contexts)."""
+        template = self._model.template
+        if template is None:
+            raise InvalidRequest("This model has no chat template; start the node with --chat-template.")
+        offered = items.chat_tools(tools) if req.tool_choice != "none" else None
+        try:
+            text = template.render(messages, tools=offered, add_generation_prompt=True, extra=req.chat_template_kwargs)
+        except TemplateError as exc:
+            raise InvalidRequest(f"The chat template could not render this input: {exc}", param="input") from exc
+        return self._model.tokenizer.encode(text, add_special_tokens=False)
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        req = await read_json(request, ResponsesRequest, self._max_body)
+        raw_input = self._validate(req)
+        tenant = tenant_of(request, self._tenancy)
+        inputs = items.normalize_input(raw_input, mint_id)
+        tools = items.normalize_tools(req.tools)
+        conv = req.conversation_id
+        if not req.store and conv is not None and len(inputs) + 1 > MAX_ITEMS_PER_ADD:
+            raise InvalidRequest(
+                f"With store=false at most {MAX_ITEMS_PER_ADD - 1} input items can be added to a conversation.",
+                param="input",
+            )
+        context = await self._context(tenant, req)
+        messages = items.chat_messages([*context, *inputs], instructions=req.instructions)
+        if not messages:
+            raise InvalidRequest("'input' must contain at least one item.", param="input")
+        size = sum(len(m.get("content") or "") for m in messages)
+        prompt_ids = await self._cpu.run(size, self._prompt_ids, req, messages, tools)
+        model = self._model
+        max_tokens = common.resolve_max_tokens(
+            req.max_output_tokens, len(prompt_ids), model, param="max_output_tokens", prompt_param="input"
+        )
+        params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=None)
+        turn = _Turn(
+            id=mint_id("resp"),
+            created_at=common.now_s(),
+            tenant=tenant,
+            req=req,
+            inputs=inputs,
+            tools=tools,
+            temperature=params.temperature if params.temperature is not None else 1.0,
+            top_p=params.top_p,
+            model=model.name,
+        )
+        spec = GenerateSpec(
+            request_id=turn.id,
+            prompt_ids=prompt_ids,
+            params=params,
+            stops=common.stop_strings(req),
+            include_stop_str=req.include_stop_str_in_output,
+            terminators=common.terminators(req, model),
+            routing_key=request.headers.get(self._routing_key_header),
+            client_stream=req.stream,
+        )
+        if req.store or conv is not None:
+            # Do not generate an answer that cannot be stored while the store is known to be down.
+            self._history.check_available()
+        gen = Generation(spec, pool=self._pool, tokenizer=model.tokenizer)
+        if req.stream:
+            return await self._stream(request, turn, gen)
+        return await self._complete(turn, gen)
+
+    async def _persist(self, turn: _Turn, response: dict[str, Any], output: dict[str, Any]) -> None:
+        """Make the finished response durable (store=true) or at least its items (conversation only).
+
+        Raises StorageUnavailableError, NotFound (the previous response or conversation vanished meanwhile),
+        StorageConflict (an input item id already in the conversation)."""
+        req = turn.req
+        history = self._history
+        inputs = [Item.from_json(i) for i in turn.inputs]
+        conv = req.conversation_id
+        param = "conversation" if conv is not None else "previous_response_id"
+        if req.store:
+            body = {k: v for k, v in response.items() if k != "output"}
+            record = ResponseRecord(
+                id=turn.id,
+                created_at=turn.created_at,
+                body=body,
+                output=(Item.from_json(output),),
+                previous_response_id=req.previous_response_id,
+                conversation_id=conv,
+            )
+            await history.run(lambda: history.responses.put(turn.tenant, record, inputs), param=param)
+        elif conv is not None:
+            added = [*inputs, Item.from_json(output)]
+            await history.run(lambda: history.conversations.add_items(turn.tenant, conv, added), param=param)
+
+    async def _complete(self, turn: _Turn, gen: Generation) -> web.Response:
+        texts: list[str] = []
+        reason: str | None = None
+        async with contextlib.aclosing(gen.deltas()) as deltas:
+            async for batch in deltas:
+                for d in batch:
+                    texts.append(d.text)
+                    reason = d.finish_reason or reason
+        self._on_usage(gen.usage)
+        status = "incomplete" if reason == "length" else "completed"
+        output = items.output_message(mint_id("msg"), "".join(texts), status=status)
+        response = turn.response(status=status, output=[output], usage=gen.usage)
+        await self._persist(turn, response, output)
+        return json_response(response)
+
+    async def _stream(self, request: web.Request, turn: _Turn, gen: Generation) -> web.StreamResponse:
+        item_id = mint_id("msg")
+        events = ResponseEvents(item_id)
+        texts: list[str] = []
+        reason: str | None = None
+        async with contextlib.aclosing(gen.deltas()) as deltas:
+            # The first batch is awaited before the 200 goes out, so "no healthy worker" or a worker that
+            # cannot be reached is a plain HTTP error, not a broken stream.
+            first = await anext(deltas, None)
+            resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            await resp.prepare(request)
+            started = turn.response(status="in_progress", output=[])
+            await resp.write(
+                events.response("response.created", started)
+                + events.response("response.in_progress", started)
+                + events.item_added(_in_progress_item(item_id))
+                + events.part_added()
+            )
+            try:
+                batch = first
+                while batch is not None:
+                    chunk = b""
+                    for d in batch:
+                        if d.text:
+                            texts.append(d.text)
+                            chunk += events.delta(d.text)
+                        reason = d.finish_reason or reason
+                    if chunk:
+                        await resp.write(chunk)
+                    batch = await anext(deltas, None)
+            except GatewayError as exc:
+                failed = turn.response(status="failed", output=[], error=_failed(exc))
+                await resp.write(events.response("response.failed", failed))
+                return resp
+        self._on_usage(gen.usage)
+        text = "".join(texts)
+        status = "incomplete" if reason == "length" else "completed"
+        output = items.output_message(item_id, text, status=status)
+        await resp.write(events.text_done(text) + events.part_done(text) + events.item_done(output))
+        final = turn.response(status=status, output=[output], usage=gen.usage)
+        try:
+            await self._persist(turn, final, output)
+        except GatewayError as exc:
+            failed = turn.response(status="failed", output=[output], usage=gen.usage, error=_failed(exc))
+            await resp.write(events.response("response.failed", failed))
+            return resp
+        await resp.write(events.response(f"response.{status}", final))
+        return resp
+
+    # --- stored responses -------------------------------------------------------------------------------
+
+    async def retrieve(self, request: web.Request) -> web.Response:
+        tenant = tenant_of(request, self._tenancy)
+        rid = request.match_info["response_id"]
+        history = self._history
+        record = await history.run(lambda: history.responses.get(tenant, rid))
+        return json_response({**record.body, "output": [item.body for item in record.output]})
+
+    async def delete(self, request: web.Request) -> web.Response:
+        tenant = tenant_of(request, self._tenancy)
+        rid = request.match_info["response_id"]
+        history = self._history
+        await history.run(lambda: history.responses.delete(tenant, rid))
+        return json_response({"id": rid, "object": "response", "deleted": True})
+
+    async def input_items(self, request: web.Request) -> web.Response:
+        tenant = tenant_of(request, self._tenancy)
+        rid = request.match_info["response_id"]
+        q = page_query(request)
+        history = self._history
+        page = await history.run(
+            lambda: history.responses.list_input_items(tenant, rid, after=q.after, limit=q.limit, order=q.order)
+        )
+        return json_response(page_object(page))

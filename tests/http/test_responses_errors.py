@@ -1,0 +1,200 @@
+"""Responses/Conversations failure paths: bad input, unknown ids, tenants, and a history store outage."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+import pytest_asyncio
+
+from node.http.history import OUTAGE_HOLD_S
+from node.http.tenancy import TENANT_HEADER, ApiConfig
+from storage.config import StorageConfig
+from tests.http.conftest import Cluster, start_cluster
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def cluster(llama3_model_dir: Path) -> AsyncIterator[Cluster]:
+    async with start_cluster(llama3_model_dir, workers=1, api=ApiConfig(trust_tenant_header=True)) as c:
+        yield c
+
+
+async def _request(
+    cluster: Cluster, method: str, path: str, body: Any = None, tenant: str | None = None
+) -> tuple[int, dict[str, Any]]:
+    headers = {TENANT_HEADER: tenant} if tenant is not None else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, cluster.node.url + path, json=body, headers=headers) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+def _error(body: dict[str, Any]) -> dict[str, Any]:
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert "Traceback" not in err["message"]
+    return dict(err)
+
+
+@pytest.mark.parametrize(
+    ("patch", "param"),
+    [
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"input": [{"role": "user", "content": 3}]}, "input[0].content"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0].type",
+        ),
+        ({"input": [{"role": "user"}]}, "input[0].content"),
+        ({"input": ["just a string"]}, "input[0]"),
+        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),
+        ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
+        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
+        (
+            {"input": [{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}]},
+            "input[1].id",
+        ),
+        ({"input": None}, "input"),
+        ({"input": 7}, "input"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "function"}]}, "tools[0].name"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"temperature": 9}, "temperature"),
+        ({"metadata": {"k": "v" * 600}}, "metadata"),
+        ({"previous_response_id": "resp_x", "conversation": "conv_x"}, "previous_response_id"),
+    ],
+)
+async def test_malformed_request_is_400_naming_the_field(cluster: Cluster, patch: dict[str, Any], param: str) -> None:
+    body = {"model": cluster.model, "input": "hi", **patch}
+    status, answer = await _request(cluster, "POST", "/v1/responses", body)
+    assert status == 400, answer
+    err = _error(answer)
+    assert err["param"] == param and err["type"] == "invalid_request_error"
+
+
+async def test_unknown_ids_are_404(cluster: Cluster) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
+        await cluster.client.responses.create(model=cluster.model, input="x", previous_response_id="resp_nope")
+    assert err.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError) as err:
+        await cluster.client.responses.create(model=cluster.model, input="x", conversation="conv_nope")
+    assert err.value.body["param"] == "conversation"  # type: ignore[index]
+    for path in ("/v1/responses/resp_nope", "/v1/responses/resp_nope/input_items", "/v1/conversations/conv_nope"):
+        status, body = await _request(cluster, "GET", path)
+        assert status == 404 and _error(body)["code"] == "not_found"
+
+
+async def test_oversized_input_is_413(cluster: Cluster) -> None:
+    big = b'{"model": "m", "input": "' + b"a" * (16 * 1024 * 1024 + 10) + b'"}'
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            cluster.node.url + "/v1/responses", data=io.BytesIO(big), headers={"Content-Type": "application/json"}
+        ) as resp,
+    ):
+        assert resp.status == 413
+        assert _error(await resp.json())["code"] == "request_too_large"
+
+
+async def test_bad_list_parameters_are_400(cluster: Cluster) -> None:
+    r = await cluster.client.responses.create(model=cluster.model, input="x", max_output_tokens=2)
+    for query, param in (("limit=0", "limit"), ("limit=abc", "limit"), ("order=up", "order")):
+        status, body = await _request(cluster, "GET", f"/v1/responses/{r.id}/input_items?{query}")
+        assert status == 400 and _error(body)["param"] == param
+    status, body = await _request(cluster, "GET", f"/v1/responses/{r.id}/input_items?after=msg_unknown")
+    assert status == 400
+
+
+async def test_tenants_do_not_see_each_others_ids(cluster: Cluster) -> None:
+    alice = cluster.client.with_options(default_headers={TENANT_HEADER: "alice"})
+    bob = cluster.client.with_options(default_headers={TENANT_HEADER: "bob"})
+    r = await alice.responses.create(model=cluster.model, input="secret", max_output_tokens=3)
+    conv = await alice.conversations.create(items=[{"role": "user", "content": "private"}])
+    assert (await alice.responses.retrieve(r.id)).id == r.id
+    for call in (
+        bob.responses.retrieve(r.id),
+        bob.responses.delete(r.id),
+        bob.responses.input_items.list(r.id),
+        bob.responses.create(model=cluster.model, input="x", previous_response_id=r.id),
+        bob.conversations.retrieve(conv.id),
+        bob.conversations.items.list(conv.id),
+        bob.responses.create(model=cluster.model, input="x", conversation=conv.id),
+        cluster.client.responses.retrieve(r.id),  # no header: the default tenant
+    ):
+        with pytest.raises(openai.NotFoundError):
+            await call
+    assert (await alice.responses.retrieve(r.id)).id == r.id
+    assert (await alice.conversations.retrieve(conv.id)).id == conv.id
+    status, body = await _request(cluster, "GET", f"/v1/responses/{r.id}", tenant="bad tenant")
+    assert status == 400 and _error(body)["param"] == TENANT_HEADER
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def _redis_server(port: int) -> Iterator[None]:
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_storage_outage_is_503_while_store_false_works_and_recovers(llama3_model_dir: Path) -> None:
+    port = _free_port()  # nothing listens here (yet)
+    storage = StorageConfig(backend="redis", redis_url=f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.5)
+    async with start_cluster(llama3_model_dir, workers=1, storage=storage) as c:
+        # The first request cannot know: its stream starts, then the write fails and it ends failed.
+        events = [e async for e in await c.client.responses.create(model=c.model, input="hi", stream=True)]
+        assert [e.type for e in events[-2:]] == ["response.output_item.done", "response.failed"]
+        failed = events[-1].response  # type: ignore[union-attr]
+        assert failed.status == "failed" and failed.error is not None and "store=false" in failed.error.message
+        # From then on the outage is known: requests that need the store fail before generating.
+        for stream in (False, True):
+            started = time.monotonic()
+            with pytest.raises(openai.APIStatusError) as err:
+                await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, stream=stream)
+            assert err.value.status_code == 503 and time.monotonic() - started < 2.0
+            body: Any = err.value.body
+            assert body["code"] == "storage_unavailable" and "store=false" in body["message"]
+        for call in (c.client.responses.retrieve("resp_x"), c.client.conversations.create()):
+            with pytest.raises(openai.APIStatusError) as err:
+                await call
+            assert err.value.status_code == 503
+        r = await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, store=False)
+        assert r.output_text
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server is not installed: recovery is not exercised")
+        with _redis_server(port):
+            await asyncio.sleep(OUTAGE_HOLD_S)
+            r = await c.client.responses.create(model=c.model, input="back", max_output_tokens=4)
+            assert (await c.client.responses.retrieve(r.id)).id == r.id
