@@ -118,9 +118,9 @@ async def wait_ready(service: Service, base_url: str) -> str:
 def backend_flags(backend: str, prefix: str) -> list[str]:
     flags = ["--history-backend", backend]
     if backend == "redis":
-        flags += ["--history-redis-url", REDIS_URL, "--history-key-prefix", prefix]
+        flags += ["--redis-url", REDIS_URL, "--history-key-prefix", prefix]
     elif backend == "postgres":
-        flags += ["--history-postgres-url", PG_URL, "--history-table-prefix", prefix + "_"]
+        flags += ["--postgres-url", PG_URL, "--history-table-prefix", prefix + "_"]
     return flags
 
 

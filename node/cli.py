@@ -89,6 +89,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node.processes import ProcessGroup, reserve_port, resolve_processes
 
     count = resolve_processes(config.http.processes)
+    if count > 1 and config.storage.backend == "memory":
+        # In-memory history belongs to one process: a response stored by one would be a 404 on its siblings.
+        if config.http.processes > 1:
+            raise configload.ConfigError(
+                "--processes > 1 needs shared history: use --history-backend redis or postgres "
+                "(the memory backend is private to one process)"
+            )
+        log.info("history backend is memory: serving with one process (shared history needs redis/postgres)")
+        count = 1
     if count > 1:
         port = config.http.port or reserve_port(config.http.host)
         pinned = ["--processes", "1", "--reuse-port", "--port", str(port)]

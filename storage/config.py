@@ -30,12 +30,12 @@ class StorageConfig:
     postgres_url: str = field(
         default="postgresql://postgres@127.0.0.1:5432/postgres",
         repr=False,  # may carry a password
-        metadata={"flag": "--history-postgres-url", "help": "asyncpg DSN for the postgres backend."},
+        metadata={"flag": "--postgres-url", "help": "asyncpg DSN for the postgres backend."},
     )
     redis_url: str = field(
         default="redis://127.0.0.1:6379/0",
         repr=False,  # may carry a password
-        metadata={"flag": "--history-redis-url", "help": "Redis URL for the redis backend."},
+        metadata={"flag": "--redis-url", "help": "Redis URL for the redis backend."},
     )
     table_prefix: str = field(
         default="smg_",

@@ -96,6 +96,8 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: P
     sim_args = [*SMG_NODE, "sim-worker", "--port", str(sim_port), "--model-path", str(llama3_model_dir)]
     node_args = [*SMG_NODE, "serve", "--port", str(http_port), "--model-path", str(llama3_model_dir)]
     node_args += ["--worker", f"grpc://127.0.0.1:{sim_port}", "--processes", "2"]
+    # Several processes need shared history (memory history is private to one process).
+    node_args += ["--history-backend", "redis", "--redis-url", "redis://127.0.0.1:6379/0"]
     url = f"http://127.0.0.1:{http_port}"
     with process(sim_args, log=tmp_path / "sim.log"), process(node_args, log=tmp_path / "node.log"):
         wait_until(lambda: http_status(url + "/readiness") == 200, timeout_s=60, what="node readiness")
@@ -108,3 +110,12 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: P
         r = client.completions.create(model="llama3", prompt="hi", max_tokens=3)
         assert r.choices[0].text
         wait_until(lambda: len(_pids(url, 20) - {victim}) == 2, timeout_s=60, what="a replacement process")
+
+
+def test_several_processes_refuse_private_memory_history(llama3_model_dir: Path) -> None:
+    import subprocess
+
+    args = [*SMG_NODE, "serve", "--model-path", str(llama3_model_dir), "--worker", "grpc://127.0.0.1:1"]
+    done = subprocess.run([*args, "--processes", "2"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--history-backend redis or postgres" in done.stderr
