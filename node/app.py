@@ -82,6 +82,7 @@ async def run_node(
                 config.model.model_path,
                 served_name=config.model.served_model_name,
                 chat_template_file=config.model.chat_template,
+                tokenizer_cache=config.tokenizer_cache,
             ),
         )
         info = None
@@ -96,6 +97,14 @@ async def run_node(
             model = _with_context(model, info.max_context_length)
 
         metrics = NodeMetrics(pool)
+        metrics.watch_tokenizer(model.tokenizer)
+        path = model.tokenizer.encode_path
+        log.info(
+            "tokenizer: %s encoder%s; prefix cache %s",
+            path.encoder,
+            f" ({path.encoder_reason})" if path.encoder_reason else "",
+            "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
+        )
         supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
         app = build_app(
             model=model,

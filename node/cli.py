@@ -21,6 +21,7 @@ from node.cluster import ClusterConfig
 from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
 from node.http.tenancy import ApiConfig
 from node.logs import setup_logging
+from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
 from storage.config import StorageConfig
 
@@ -53,6 +54,7 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
         log=_build(LogConfig, args, values),
         cluster=_build(ClusterConfig, args, values),
         routing=_build(RoutingConfig, args, values),
+        tokenizer_cache=_build(TokenizerCacheConfig, args, values),
         storage=_build(StorageConfig, args, values),
         api=_build(ApiConfig, args, values),
     )

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from node.cluster import ClusterConfig
 from node.http.tenancy import ApiConfig
+from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
 from storage.config import StorageConfig
 
@@ -117,6 +118,7 @@ class NodeConfig:
     log: LogConfig
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
 
@@ -126,6 +128,7 @@ NODE_COMPONENTS: tuple[type, ...] = (
     ModelConfig,
     WorkerPoolConfig,
     RoutingConfig,
+    TokenizerCacheConfig,
     ClusterConfig,
     StorageConfig,
     ApiConfig,

@@ -7,10 +7,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from node.pipeline.generate import Usage
+from node.pipeline.tokenizer import Tokenizer
 from node.workers.pool import WorkerPool
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -37,6 +38,30 @@ class _WorkerCollector(Collector):
         yield in_flight
 
 
+class _TokenizerCacheCollector(Collector):
+    """L0 (exact) and L1 (prefix) tokenizer cache counters, read from the cache at scrape time."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self._tokenizer.cache_stats()
+        if stats is None:
+            return
+        lookups = CounterMetricFamily(
+            "smg_node_tokenizer_cache_lookups",
+            "Tokenizer cache lookups by level and result.",
+            labels=["level", "result"],
+        )
+        size = GaugeMetricFamily("smg_node_tokenizer_cache_bytes", "Tokenizer cache memory by level.", labels=["level"])
+        for level, s in (("l0", stats.l0), ("l1", stats.l1)):
+            lookups.add_metric([level, "hit"], s.hits)
+            lookups.add_metric([level, "miss"], s.misses)
+            size.add_metric([level], s.bytes)
+        yield lookups
+        yield size
+
+
 class NodeMetrics:
     def __init__(self, pool: WorkerPool) -> None:
         self.registry = CollectorRegistry()
@@ -54,6 +79,9 @@ class NodeMetrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
         self.registry.register(_WorkerCollector(pool))
+
+    def watch_tokenizer(self, tokenizer: Tokenizer) -> None:
+        self.registry.register(_TokenizerCacheCollector(tokenizer))
 
     def observe_usage(self, usage: Usage) -> None:
         self.prompt_tokens.inc(usage.prompt_tokens)

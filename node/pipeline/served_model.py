@@ -10,6 +10,7 @@ from pathlib import Path
 
 from node.pipeline.model import ModelFolder, load_model_folder
 from node.pipeline.template import ChatTemplate
+from node.pipeline.token_cache import TokenizerCacheConfig
 from node.pipeline.tokenizer import Tokenizer
 
 # A folder that declares no context length: assume a modest window rather than unlimited.
@@ -58,10 +59,15 @@ def load_served_model(
     chat_template_file: str = "",
     context_length: int | None = None,
     extra_eos_ids: tuple[int, ...] = (),
+    tokenizer_cache: TokenizerCacheConfig | None = None,
 ) -> ServedModel:
     """Load a model folder. Raises ModelFolderError (names the file) or TemplateError (bad template)."""
     folder = load_model_folder(model_path)
-    tokenizer = Tokenizer.from_file(folder.tokenizer_path)
+    tokenizer = (
+        Tokenizer.from_file(folder.tokenizer_path, cache=tokenizer_cache)
+        if tokenizer_cache is not None
+        else Tokenizer.from_file(folder.tokenizer_path)
+    )
     source = Path(chat_template_file).read_text(encoding="utf-8") if chat_template_file else folder.chat_template
     template = (
         ChatTemplate(source, bos_token=folder.bos_token, eos_token=folder.eos_token) if source is not None else None

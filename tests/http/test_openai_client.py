@@ -197,5 +197,6 @@ async def test_metrics_count_requests_tokens_and_loop_lag(cluster: Cluster) -> N
     assert 'smg_node_http_requests_total{route="/v1/completions",status="200"}' in text
     assert "smg_node_event_loop_lag_seconds_bucket" in text
     assert 'smg_node_worker_healthy{worker="grpc://127.0.0.1:' in text
+    assert 'smg_node_tokenizer_cache_lookups_total{level="l0",result="miss"}' in text
     completion = next(line for line in text.splitlines() if line.startswith('smg_node_tokens_total{kind="completion"}'))
     assert float(completion.split()[-1]) >= 3
