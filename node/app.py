@@ -98,6 +98,8 @@ async def run_node(
 
         metrics = NodeMetrics(pool)
         metrics.watch_tokenizer(model.tokenizer)
+        if mesh is not None:
+            metrics.watch_mesh(mesh)
         path = model.tokenizer.encode_path
         log.info(
             "tokenizer: %s encoder%s; prefix cache %s",

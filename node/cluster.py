@@ -59,7 +59,11 @@ class ClusterConfig:
     )
 
     def __post_init__(self) -> None:
-        for addr in (self.mesh_bind, self.mesh_advertise, *self.join):
+        if self.mesh_bind:  # port 0 binds a free port
+            host, _, port = self.mesh_bind.rpartition(":")
+            if not host or not port.isdigit() or int(port) > 65535:
+                raise ValueError(f"mesh_bind: expected host:port, got {self.mesh_bind!r}")
+        for addr in (self.mesh_advertise, *self.join):
             if addr:
                 check_addr(addr)
         if self.join and not self.mesh_bind:
@@ -88,9 +92,13 @@ def mesh_config(config: ClusterConfig) -> MeshConfig:
         overrides["node_name"] = (
             config.node_name if config.process_index == 0 else f"{config.node_name}-{config.process_index}"
         )
-    if config.mesh_probe_interval_s > 0:
-        overrides["probe_interval_s"] = config.mesh_probe_interval_s
     profile = {"lan": MeshConfig.lan, "wan": MeshConfig.wan, "local": MeshConfig.local}[config.mesh_profile]
+    if config.mesh_probe_interval_s > 0:
+        # The ack timeout must stay below the interval: keep the profile's, capped at half the interval
+        # (memberlist's LAN ratio).
+        interval = config.mesh_probe_interval_s
+        overrides["probe_interval_s"] = interval
+        overrides["probe_timeout_s"] = min(profile().probe_timeout_s, interval / 2)
     return profile(**overrides)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
@@ -10,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from mesh.runtime import Mesh
 from node.pipeline.generate import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.workers.pool import WorkerPool
@@ -62,6 +64,33 @@ class _TokenizerCacheCollector(Collector):
         yield size
 
 
+class _MeshCollector(Collector):
+    """SWIM membership counters (mesh/metrics.py) as Prometheus families, read at scrape time."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        self._mesh = mesh
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        m = self._mesh.metrics()
+        members = GaugeMetricFamily(
+            "smg_node_mesh_members", "Mesh members by state, as this node sees them.", labels=["state"]
+        )
+        for state in ("alive", "suspect", "dead", "left"):
+            members.add_metric([state], getattr(m, f"members_{state}"))
+        yield members
+        yield GaugeMetricFamily(
+            "smg_node_mesh_health_score",
+            "Lifeguard local health (0 = healthy; higher = slower timeouts).",
+            value=m.health_score,
+        )
+        for f in dataclasses.fields(m):
+            if f.name.startswith("members_") or f.name == "health_score":
+                continue
+            yield CounterMetricFamily(
+                f"smg_node_mesh_{f.name}", f"SWIM {f.name.replace('_', ' ')}.", value=getattr(m, f.name)
+            )
+
+
 class NodeMetrics:
     def __init__(self, pool: WorkerPool) -> None:
         self.registry = CollectorRegistry()
@@ -79,6 +108,9 @@ class NodeMetrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
         self.registry.register(_WorkerCollector(pool))
+
+    def watch_mesh(self, mesh: Mesh) -> None:
+        self.registry.register(_MeshCollector(mesh))
 
     def watch_tokenizer(self, tokenizer: Tokenizer) -> None:
         self.registry.register(_TokenizerCacheCollector(tokenizer))
