@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, get_args
 
-import orjson
+import msgspec
 
 Family = Literal["llama3", "deepseek"]
 FAMILIES: Final[tuple[Family, ...]] = get_args(Family)
@@ -178,7 +178,7 @@ def prepare_model(family: Family, out_dir: Path) -> Path:
         )
         if spec.bos_post_processor and not _has_template_step(tokenizer.get("post_processor")):
             tokenizer["post_processor"] = _with_bos(tokenizer.get("post_processor"), added_tokens)
-            tokenizer_bytes = orjson.dumps(tokenizer)
+            tokenizer_bytes = msgspec.json.encode(tokenizer)
     except (OSError, ValueError) as exc:
         raise PrepareError(f"package {spec.distribution!r} looks damaged: {exc}") from exc
 
@@ -242,7 +242,7 @@ def _is_complete(folder: Path, stamp: str) -> bool:
 
 
 def _json_object(data: bytes) -> dict[str, object]:
-    value = orjson.loads(data)  # orjson.JSONDecodeError is a ValueError
+    value = msgspec.json.decode(data)  # msgspec.DecodeError is a ValueError
     if not isinstance(value, dict):
         raise ValueError("expected a JSON object")
     return value

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeAlias
 
-import orjson
+import msgspec
 
 TOKENIZER_FILE: Final = "tokenizer.json"
 TOKENIZER_CONFIG_FILE: Final = "tokenizer_config.json"
@@ -160,8 +160,8 @@ def _read_json(file: Path) -> _Json:
     except OSError as exc:
         raise ModelFolderError(file, f"cannot read: {exc.strerror or exc}") from exc
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        value = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
         raise ModelFolderError(file, f"malformed JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise ModelFolderError(file, "expected a JSON object at the top level")
