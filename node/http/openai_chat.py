@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -14,11 +13,8 @@ from node.http import openai_common as common
 from node.http.errors import error_object, read_json
 from node.http.openai_types import ChatCompletionRequest, ChatMessage
 from node.http.sse import DONE, ChunkFrames, frame, open_stream
-from node.pipeline.cpu import CpuPool
-from node.pipeline.generate import GenerateSpec, Generation, TextDelta, Usage
-from node.pipeline.served_model import ServedModel
+from node.pipeline.generate import GenerateSpec, Generation, TextDelta
 from node.pipeline.template import TemplateError
-from node.workers.pool import WorkerPool
 
 
 def _content_text(msg: ChatMessage, index: int) -> str | None:
@@ -75,25 +71,7 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-class ChatCompletions:
-    def __init__(
-        self,
-        *,
-        model: ServedModel,
-        pool: WorkerPool,
-        cpu: CpuPool,
-        max_body_bytes: int,
-        on_usage: Callable[[Usage], None] = lambda usage: None,
-        routing_key_header: str = "x-smg-routing-key",
-    ) -> None:
-        self._on_usage = on_usage
-        self._routing_key_header = routing_key_header
-        self._model = model
-        self._pool = pool
-        self._cpu = cpu
-        self._max_body = max_body_bytes
-        self._token_text = common.TokenText(model)
-
+class ChatCompletions(common.GenerationApi):
     def _prompt_ids(self, req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> list[int]:
         """Render and tokenize (runs on the CPU pool for long conversations)."""
         template = self._model.template

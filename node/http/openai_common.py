@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from node.http.openai_types import SamplingFields
+from node.pipeline.cpu import CpuPool
 from node.pipeline.generate import TokenLogprob, Usage
 from node.pipeline.served_model import ServedModel
+from node.workers.pool import WorkerPool
 from node.workers.types import SamplingParams
 
 MAX_N = 128
@@ -156,3 +160,32 @@ class TokenText:
                 {"token": (t := self(tid)), "logprob": v, "bytes": list(t.encode("utf-8"))} for tid, v in lp.top[:top_n]
             ],
         }
+
+
+def _ignore_usage(usage: Usage) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    """What every generating endpoint (chat, completions, responses) needs; built once by the app."""
+
+    model: ServedModel
+    pool: WorkerPool
+    cpu: CpuPool
+    max_body_bytes: int
+    on_usage: Callable[[Usage], None] = _ignore_usage
+    routing_key_header: str = "x-smg-routing-key"
+
+
+class GenerationApi:
+    """Base of the generating endpoints: unpacks the shared context once."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self._model = ctx.model
+        self._pool = ctx.pool
+        self._cpu = ctx.cpu
+        self._max_body = ctx.max_body_bytes
+        self._on_usage = ctx.on_usage
+        self._routing_key_header = ctx.routing_key_header
+        self._token_text = TokenText(ctx.model)

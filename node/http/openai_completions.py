@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +16,8 @@ from node.http import openai_common as common
 from node.http.errors import error_object, read_json
 from node.http.openai_types import CompletionRequest
 from node.http.sse import DONE, ChunkFrames, frame, open_stream
-from node.pipeline.cpu import CpuPool
 from node.pipeline.generate import GenerateSpec, Generation, TextDelta, Usage
 from node.pipeline.served_model import ServedModel
-from node.workers.pool import WorkerPool
 
 MAX_BATCH_PROMPTS = 64
 MAX_COMPLETION_LOGPROBS = 20
@@ -99,25 +97,7 @@ async def _merge(gens: list[Generation]) -> AsyncGenerator[tuple[int, list[TextD
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class Completions:
-    def __init__(
-        self,
-        *,
-        model: ServedModel,
-        pool: WorkerPool,
-        cpu: CpuPool,
-        max_body_bytes: int,
-        on_usage: Callable[[Usage], None] = lambda usage: None,
-        routing_key_header: str = "x-smg-routing-key",
-    ) -> None:
-        self._on_usage = on_usage
-        self._routing_key_header = routing_key_header
-        self._model = model
-        self._pool = pool
-        self._cpu = cpu
-        self._max_body = max_body_bytes
-        self._token_text = common.TokenText(model)
-
+class Completions(common.GenerationApi):
     def _encode(self, text: str) -> _Prompt:
         return _Prompt(ids=self._model.tokenizer.encode(text, add_special_tokens=True), text=text)
 

@@ -14,7 +14,7 @@ new input and output items are appended to it in the same write.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -31,11 +31,8 @@ from node.http.responses_types import ResponsesRequest
 from node.http.sse import SSE_HEADERS
 from node.http.tenancy import ApiConfig, tenant_of
 from node.pipeline import responses_items as items
-from node.pipeline.cpu import CpuPool
 from node.pipeline.generate import GenerateSpec, Generation, Usage
-from node.pipeline.served_model import ServedModel
 from node.pipeline.template import TemplateError
-from node.workers.pool import WorkerPool
 from storage.base import MAX_ITEMS_PER_ADD, MAX_PAGE_LIMIT, Item, ResponseRecord
 from storage.errors import InvalidInput
 from storage.validation import check_metadata
@@ -115,27 +112,11 @@ def _failed(exc: GatewayError) -> dict[str, Any]:
     return {"code": "server_error", "message": exc.message}
 
 
-class Responses:
-    def __init__(
-        self,
-        *,
-        model: ServedModel,
-        pool: WorkerPool,
-        cpu: CpuPool,
-        history: History,
-        tenancy: ApiConfig,
-        max_body_bytes: int,
-        on_usage: Callable[[Usage], None] = lambda usage: None,
-        routing_key_header: str = "x-smg-routing-key",
-    ) -> None:
-        self._model = model
-        self._pool = pool
-        self._cpu = cpu
+class Responses(common.GenerationApi):
+    def __init__(self, ctx: common.ApiContext, *, history: History, tenancy: ApiConfig) -> None:
+        super().__init__(ctx)
         self._history = history
         self._tenancy = tenancy
-        self._max_body = max_body_bytes
-        self._on_usage = on_usage
-        self._routing_key_header = routing_key_header
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.create)

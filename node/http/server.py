@@ -10,6 +10,7 @@ from aiohttp import web
 from node.http.errors import error_body, error_middleware
 from node.http.history import History
 from node.http.openai_chat import ChatCompletions
+from node.http.openai_common import ApiContext
 from node.http.openai_completions import Completions
 from node.http.openai_conversations import Conversations
 from node.http.openai_responses import Responses
@@ -39,15 +40,16 @@ def build_app(
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced.
     app = web.Application(middlewares=[metrics.middleware(), error_middleware], client_max_size=max_body_bytes + 1)
-    api = {
-        "model": model,
-        "pool": pool,
-        "cpu": cpu,
-        "max_body_bytes": max_body_bytes,
-        "on_usage": metrics.observe_usage,
-    }
-    chat = ChatCompletions(**api)  # type: ignore[arg-type]
-    completions = Completions(**api)  # type: ignore[arg-type]
+    ctx = ApiContext(
+        model=model,
+        pool=pool,
+        cpu=cpu,
+        max_body_bytes=max_body_bytes,
+        on_usage=metrics.observe_usage,
+        routing_key_header=routing_key_header,
+    )
+    chat = ChatCompletions(ctx)
+    completions = Completions(ctx)
 
     async def list_models(request: web.Request) -> web.Response:
         return _json(
@@ -112,6 +114,6 @@ def build_app(
     app.router.add_get("/metrics", metrics.handle)
     # Responses and Conversations: history in `stores`, tenant per request as `tenancy` allows.
     history = History(stores)
-    Responses(**api, history=history, tenancy=tenancy, routing_key_header=routing_key_header).add_routes(app)  # type: ignore[arg-type]
+    Responses(ctx, history=history, tenancy=tenancy).add_routes(app)
     Conversations(history=history, tenancy=tenancy, max_body_bytes=max_body_bytes).add_routes(app)
     return app
