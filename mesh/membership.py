@@ -247,6 +247,13 @@ class Membership:
             return
         self._clear_suspicion(d.node)
         if node.state.is_gone:
+            # A node's own leave outranks a failure verdict reached meanwhile (it may have reached us after
+            # others declared it dead): record the graceful departure and pass it on. Nothing else changes.
+            if node.state == DEAD and d.node == d.sender and node is not self.local:
+                node.state = LEFT
+                node.state_change = now
+                self._counters.leaves += 1
+                self._broadcasts.queue(encode_message(d), name=d.node)
             return
         if node is self.local:
             if not self.leaving:

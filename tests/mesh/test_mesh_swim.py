@@ -332,3 +332,19 @@ def test_a_misbehaving_delegate_cannot_break_membership() -> None:
     assert 10 in big.merged
     net.run_for(5)
     assert a.swim.metrics().malformed_packets == 0 and b.swim.metrics().malformed_packets == 0
+
+
+def test_a_late_leave_turns_a_failure_verdict_into_left() -> None:
+    # The leaver's own message can arrive after the others declared it dead (seen with real processes when
+    # the few transmissions of a leave were lost): the graceful departure must still win.
+    net, nodes = cluster(3)
+    a, b, leaver = nodes
+    inc = leaver.swim.incarnation
+    net.crash(leaver)
+    assert net.run_until_true(lambda: net.all_see(leaver.name, {DEAD}, [a, b]), timeout_s=60)
+    net.inject(a, packet(Dead(inc, leaver.name, leaver.name)), leaver.addr)
+    assert a.swim.member(leaver.name).state == LEFT  # type: ignore[union-attr]
+    assert net.run_until_true(lambda: net.all_see(leaver.name, {LEFT}, [a, b]), timeout_s=10)
+    # A failure certificate never downgrades it again.
+    net.inject(b, packet(Dead(inc, leaver.name, a.name)), a.addr)
+    assert b.swim.member(leaver.name).state == LEFT  # type: ignore[union-attr]
