@@ -294,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's fork support would restart its poller in forked children (subprocess.Popen before exec) and can
+    # abort them (grpc/grpc#43157); node processes are started by exec, never used across a fork.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+# gRPC's fork support restarts its poller in the child of every subprocess.Popen (before exec), where the
+# poller's epoll fd is already closed: the child aborts with EBADF (grpc/grpc#43157). Nothing here uses gRPC
+# across a fork, so turn it off before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from pathlib import Path
 
 import pytest
