@@ -17,7 +17,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TypeAlias, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 import asyncpg
 import asyncpg.exceptions as pgexc
@@ -82,6 +82,42 @@ async def retry_transient(
                 raise StorageUnavailable(f"postgres: still conflicting after {attempts} attempts") from exc
             await sleep(rng.uniform(0, base_s * 2**attempt))
     raise AssertionError("unreachable")
+
+
+class _PagedSql(Protocol):
+    """The three statements of an item list keyed by (tenant, owner id), ordered by position."""
+
+    _sql_cursor: str
+    _sql_page_asc: str
+    _sql_page_desc: str
+
+
+async def _fetch_page(
+    conn: Conn,
+    sql: _PagedSql,
+    *,
+    tenant: str,
+    owner_id: str,
+    after: str | None,
+    limit: int,
+    order: Order,
+    missing: str,
+    foreign: str,
+) -> list[asyncpg.Record]:
+    """One page (plus one row, to tell has_more) of an owner's items after the `after` item.
+
+    Raises NotFound (``missing``) when the owner does not exist, InvalidInput (``foreign``) when `after` is
+    not one of its items.
+    """
+    exists, cursor = _one(await conn.fetchrow(sql._sql_cursor, tenant, owner_id, after))
+    if not exists:
+        raise NotFound(missing)
+    if after is not None and cursor is None:
+        raise InvalidInput(foreign)
+    if order == "asc":
+        return await conn.fetch(sql._sql_page_asc, tenant, owner_id, -1 if cursor is None else cursor, limit + 1)
+    start = _MAX_POSITION if cursor is None else cursor
+    return await conn.fetch(sql._sql_page_desc, tenant, owner_id, start, limit + 1)
 
 
 class _Database:
@@ -290,16 +326,11 @@ class PostgresResponseStore:
         validation.check_page(limit, order)
 
         async def op(conn: Conn) -> list[asyncpg.Record]:
-            exists, cursor = _one(await conn.fetchrow(self._sql_cursor, tenant, response_id, after))
-            if not exists:
-                raise NotFound(f"response {response_id!r} not found")
-            if after is not None and cursor is None:
-                raise InvalidInput(f"`after` item {after!r} is not an input item of {response_id!r}")
-            if order == "asc":
-                start = -1 if cursor is None else cursor
-                return await conn.fetch(self._sql_page_asc, tenant, response_id, start, limit + 1)
-            start = _MAX_POSITION if cursor is None else cursor
-            return await conn.fetch(self._sql_page_desc, tenant, response_id, start, limit + 1)
+            return await _fetch_page(
+                conn, self, tenant=tenant, owner_id=response_id, after=after, limit=limit, order=order,
+                missing=f"response {response_id!r} not found",
+                foreign=f"`after` item {after!r} is not an input item of {response_id!r}",
+            )  # fmt: skip
 
         return _page(await self._db.run(op), limit)
 
@@ -481,16 +512,11 @@ class PostgresConversationStore:
         validation.check_page(limit, order)
 
         async def op(conn: Conn) -> list[asyncpg.Record]:
-            exists, cursor = _one(await conn.fetchrow(self._sql_cursor, tenant, conversation_id, after))
-            if not exists:
-                raise NotFound(f"conversation {conversation_id!r} not found")
-            if after is not None and cursor is None:
-                raise InvalidInput(f"`after` item {after!r} is not in conversation {conversation_id!r}")
-            if order == "asc":
-                start = -1 if cursor is None else cursor
-                return await conn.fetch(self._sql_page_asc, tenant, conversation_id, start, limit + 1)
-            start = _MAX_POSITION if cursor is None else cursor
-            return await conn.fetch(self._sql_page_desc, tenant, conversation_id, start, limit + 1)
+            return await _fetch_page(
+                conn, self, tenant=tenant, owner_id=conversation_id, after=after, limit=limit, order=order,
+                missing=f"conversation {conversation_id!r} not found",
+                foreign=f"`after` item {after!r} is not in conversation {conversation_id!r}",
+            )  # fmt: skip
 
         return _page(await self._db.run(op), limit)
 
