@@ -1,4 +1,5 @@
-"""The composition root: builds storage -> workers -> model -> HTTP on one AsyncExitStack and unwinds in reverse.
+"""The composition root: builds storage -> mesh -> cluster state -> workers -> model -> HTTP on one AsyncExitStack
+and unwinds in reverse.
 
 Shutdown order (reverse of construction): stop accepting HTTP and let in-flight requests finish (bounded by
 ``shutdown_grace_s``), then cancel and await background tasks (health checks, Aborts), then close worker
@@ -16,15 +17,19 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
+from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
 from mesh.runtime import Mesh
 from node.cluster import publish_http_addr, run_mesh
+from node.cluster_state import SharedState, open_shared_state, run_ticker
 from node.config import NodeConfig
 from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app
+from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel, load_served_model
+from node.routing.affinity import AffinityHints
 from node.routing.kv_index import KvIndex
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
@@ -42,6 +47,7 @@ class RunningNode:
     port: int
     model: ServedModel
     pool: WorkerPool
+    shared: SharedState
     mesh: Mesh | None = None
 
 
@@ -55,26 +61,53 @@ async def run_node(
     config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] = VllmGrpcClient
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
-    if not config.workers.workers:
-        raise ValueError("at least one worker is required (--worker grpc://host:port)")
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
+        mesh, channels = None, None
+        if config.cluster.enabled:
+            channels = Channels()
+            bind_http = f"{config.http.host}:{config.http.port}"
+            mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
         routing = config.routing
         kv_index = KvIndex(routing.kv_index_max_blocks) if routing.policy == "cache_aware" else None
-        policy = make_policy(routing.policy, routing, kv_index=kv_index)
+        hints = None
+        if mesh is not None and routing.policy == "cache_aware":
+            hints = AffinityHints(
+                routing.page_size_tokens,
+                ttl_s=routing.affinity_hint_ttl_s,
+                max_entries=routing.affinity_hint_max_entries,
+                max_message_bytes=MAX_CHANNEL_MSG_BYTES,
+            )
+        shared = open_shared_state(
+            mesh=mesh,
+            channels=channels,
+            health_publish_interval_s=config.workers.health_publish_interval_s,
+            on_hints=hints.receive if hints is not None else lambda _msg: None,
+        )
+        policy = make_policy(routing.policy, routing, kv_index=kv_index, hints=hints)
         pool = WorkerPool(
-            config.workers, client_factory=client_factory, policy=policy, supervisor=supervisor, kv_index=kv_index
+            config.workers,
+            client_factory=client_factory,
+            policy=policy,
+            supervisor=supervisor,
+            kv_index=kv_index,
+            board=shared.board,
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
         stack.callback(cpu.close)
         await stack.enter_async_context(supervisor)
-        mesh = None
-        if config.cluster.enabled:
-            bind_http = f"{config.http.host}:{config.http.port}"
-            mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http))
+        # The --worker flags register workers in the cluster (a no-op where they are registered already);
+        # from then on the pool follows the registry, whichever node changes it.
+        for spec in pool.workers:
+            shared.registry.add(spec.spec)
+        pool.sync(shared.registry.specs())
+        stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
         pool.start()
+        supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
+        if not pool.workers:
+            log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
 
         loading = asyncio.get_running_loop().run_in_executor(
             None,
@@ -86,7 +119,7 @@ async def run_node(
             ),
         )
         info = None
-        if not config.model.served_model_name:
+        if not config.model.served_model_name and pool.workers:
             info = await pool.wait_model_info(config.workers.startup_wait_s)
             if info is None:
                 log.warning("no worker answered GetModelInfo; serving the model under its folder name")
@@ -120,6 +153,7 @@ async def run_node(
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
+        add_worker_routes(app, pool, shared.registry)
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )
@@ -129,7 +163,7 @@ async def run_node(
         await site.start()
         port = _bound_port(runner)
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
-        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, mesh=mesh)
+        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
             publish_http_addr(mesh, f"{host}:{port}")
         log.info("serving model %r on %s with %d worker(s)", model.name, node.url, len(pool.workers))

@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Literal
 
 from mesh.config import MeshConfig
+from mesh.delegate import Delegate
 from mesh.errors import JoinError
 from mesh.member import NodeMeta, check_addr
 from mesh.runtime import Mesh
@@ -123,12 +124,15 @@ async def _join_forever(mesh: Mesh, peers: list[str]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def run_mesh(config: ClusterConfig, *, http_addr: str) -> AsyncIterator[Mesh]:
-    """Start this node's member; yield it; leave gracefully and stop on exit.
+async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate | None = None) -> AsyncIterator[Mesh]:
+    """Start this node's member (``delegate``: the application state it carries); yield it; leave gracefully
+    and stop on exit.
 
     Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start.
     """
-    mesh = Mesh(mesh_config(config), meta=NodeMeta.create(http_addr=http_addr, version=node_version()))
+    mesh = Mesh(
+        mesh_config(config), meta=NodeMeta.create(http_addr=http_addr, version=node_version()), delegate=delegate
+    )
     await mesh.start()
     peers = seeds(config)
     joining = asyncio.create_task(_join_forever(mesh, peers), name="mesh-join") if peers else None

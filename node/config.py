@@ -80,6 +80,10 @@ class WorkerPoolConfig:
     health_failures_to_unhealthy: int = field(
         default=2, metadata={"help": "consecutive failed checks before a worker leaves rotation"}
     )
+    health_publish_interval_s: float = field(
+        default=5.0,
+        metadata={"help": "load observations are shared with the cluster at most this often (verdict flips at once)"},
+    )
     startup_wait_s: float = field(
         default=10.0, metadata={"help": "how long serve waits for a first worker's GetModelInfo at start"}
     )
@@ -90,6 +94,7 @@ class WorkerPoolConfig:
             parse_worker_url(url)
         _positive("health_interval_s", self.health_interval_s)
         _positive("health_timeout_s", self.health_timeout_s)
+        _positive("health_publish_interval_s", self.health_publish_interval_s)
         _positive("health_failures_to_unhealthy", self.health_failures_to_unhealthy)
 
 

@@ -9,14 +9,16 @@ imbalanced.
    displaces least.
 
 What a worker holds is exact when it publishes KV events (``KvIndex``, the engine's own blocks) and
-otherwise guessed from what this gateway sent it (``ApproxTree``, fed by ``on_routed``). Both are counted in
-tokens, so workers of either kind compare. Load is in requests (``load.request_loads``).
+otherwise guessed from what this gateway sent it (``ApproxTree``, fed by ``on_routed``) and, in a mesh, what
+the other nodes sent it (``AffinityHints``). Both are counted in tokens, so workers of either kind compare.
+Load is in requests (``load.request_loads``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from node.routing.affinity import AffinityHints
 from node.routing.approx_tree import ApproxTree
 from node.routing.block_hashes import BlockHashes
 from node.routing.kv_index import KvIndex
@@ -37,6 +39,7 @@ class CacheAware:
         tree_max_pages: int,
         load_stale_after_s: float,
         kv_index: KvIndex | None = None,
+        hints: AffinityHints | None = None,
     ) -> None:
         self._threshold = cache_threshold
         self._abs = balance_abs_threshold
@@ -44,6 +47,7 @@ class CacheAware:
         self._stale_after_s = load_stale_after_s
         self._tree = ApproxTree(page_size_tokens, tree_max_pages)
         self._kv = kv_index
+        self._hints = hints
         self._credit = DispatchCredit()
         # select and on_routed see the same request in turn: hash its pages once.
         self._last: tuple[RouteRequest, BlockHashes] | None = None
@@ -70,6 +74,9 @@ class CacheAware:
         hashes = self._hashes(request)
         tree, page = self._tree, self._tree.page_size
         tree_depths = tree.match(hashes)
+        if self._hints is not None:  # other nodes' decisions count like our own
+            for url, tokens in self._hints.match(hashes).items():
+                tree_depths[url] = max(tree_depths.get(url, 0), tokens // page)
         kv = self._kv
         size = kv.block_size if kv is not None else None
         if kv is None or size is None:
@@ -91,10 +98,14 @@ class CacheAware:
         # A worker that publishes KV events tells us what it caches; guessing for it would only cost time.
         if self._kv is None or self._kv.block_size is None or not self._kv.knows(candidate.url):
             self._tree.insert(self._hashes(request), candidate.url)
+            if self._hints is not None:
+                self._hints.learn(self._hashes(request), candidate.url)
 
     def on_workers_changed(self, urls: Sequence[str]) -> None:
         self._tree.retain(urls)
         self._credit.retain(urls)
+        if self._hints is not None:
+            self._hints.retain(urls)
 
     def _hashes(self, request: RouteRequest) -> BlockHashes:
         if self._last is not None and self._last[0] is request:

@@ -77,6 +77,14 @@ class RoutingConfig:
             "used leaves are evicted beyond it (SMG bounds 2^26 tokens; at ~115 B/page 2^20 pages is ~120 MB)"
         },
     )
+    affinity_hint_ttl_s: float = field(
+        default=600.0,
+        metadata={"help": "cache_aware in a mesh: other nodes' routing hints are trusted this long (seconds)"},
+    )
+    affinity_hint_max_entries: int = field(
+        default=200_000,
+        metadata={"help": "cache_aware in a mesh: hints held (about 100 B each); the oldest are dropped beyond it"},
+    )
     kv_index_max_blocks: int = field(
         default=1 << 22,
         metadata={
@@ -147,6 +155,8 @@ class RoutingConfig:
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold", "must be >= 1")
         _check(self.page_size_tokens >= 1, "page_size_tokens", "must be >= 1")
         _check(self.tree_max_pages >= 1, "tree_max_pages", "must be >= 1")
+        _check(self.affinity_hint_ttl_s > 0, "affinity_hint_ttl_s", "must be > 0")
+        _check(self.affinity_hint_max_entries >= 1, "affinity_hint_max_entries", "must be >= 1")
         _check(self.kv_index_max_blocks >= 1, "kv_index_max_blocks", "must be >= 1")
         _check(self.prefix_hash_tokens >= 1, "prefix_hash_tokens", "must be >= 1")
         _check(self.load_factor >= 1.0, "load_factor", "must be >= 1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import get_args
 
+from node.routing.affinity import AffinityHints
 from node.routing.bucket import Bucket
 from node.routing.cache_aware import CacheAware
 from node.routing.config import PolicyName, RoutingConfig
@@ -27,11 +28,13 @@ def make_policy(
     *,
     rng: random.Random | None = None,
     kv_index: KvIndex | None = None,
+    hints: AffinityHints | None = None,
 ) -> RoutingPolicy:
     """The policy called ``name``, configured by ``config``.
 
     ``rng`` defaults to one seeded with ``config.seed``. ``kv_index`` (cache_aware only) is the model's
-    KV-event index, fed by the KV-event subscriber; without it cache_aware guesses from its own decisions.
+    KV-event index, fed by the KV-event subscriber; without it cache_aware guesses from its own decisions and,
+    with ``hints``, from the other nodes' (shared over the mesh).
     Raises ValueError for an unknown name.
     """
     rng = rng if rng is not None else random.Random(config.seed)
@@ -68,6 +71,7 @@ def make_policy(
             tree_max_pages=config.tree_max_pages,
             load_stale_after_s=stale,
             kv_index=kv_index,
+            hints=hints,
         )
     if name == "manual":
         return Manual(rng, ttl_s=config.manual_ttl_s, max_entries=config.manual_max_entries, load_stale_after_s=stale)

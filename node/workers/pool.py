@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from node.config import WorkerPoolConfig
@@ -19,7 +19,9 @@ from node.routing.kv_index import KvIndex, Resubscribe
 from node.routing.policy import LoadView, RouteRequest, RoutingPolicy
 from node.tasks import Supervisor
 from node.workers.client import WorkerClient
+from node.workers.health import HealthBoard
 from node.workers.kv_convert import EngineLoad
+from node.workers.registry import WorkerSpec
 from node.workers.types import ModelInfo
 
 log = logging.getLogger(__name__)
@@ -33,21 +35,41 @@ KV_RETRY_MAX_S = 30.0
 
 @dataclass(slots=True, eq=False)
 class Worker:
+    spec: WorkerSpec
     client: WorkerClient
-    healthy: bool = False
+    healthy: bool = False  # this node's own verdict: in rotation here
+    checked: bool = False  # this node has a verdict of its own (else the cluster's counts)
     consecutive_failures: int = 0
     in_flight: int = 0
     info: ModelInfo | None = None
     load: LoadView | None = None
     kv_events: str = "unknown"  # unknown | streaming | unsupported | retrying
     last_error: str = field(default="")
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
 
     @property
     def url(self) -> str:
         return self.client.url
 
+    @property
+    def role(self) -> str:
+        return self.spec.role
+
+    @property
+    def model(self) -> str:
+        """The model it serves: as registered, else as its GetModelInfo reports ("" before it answers)."""
+        if self.spec.model:
+            return self.spec.model
+        return self.info.served_model_name if self.info is not None else ""
+
 
 class WorkerPool:
+    """The workers this node routes to, following the cluster's registry (``sync``)."""
+
     def __init__(
         self,
         config: WorkerPoolConfig,
@@ -56,39 +78,95 @@ class WorkerPool:
         policy: RoutingPolicy,
         supervisor: Supervisor,
         kv_index: KvIndex | None = None,
+        board: HealthBoard | None = None,
     ) -> None:
         self._config = config
         self._policy = policy
         self._supervisor = supervisor
         self._kv_index = kv_index
-        self._workers = [Worker(client=client_factory(url)) for url in config.workers]
+        self._board = board
+        self._client_factory = client_factory
+        self._workers: dict[str, Worker] = {}
+        self._started = False
         self._model_info_ready = asyncio.Event()
+        self.sync({spec.id: spec for spec in (WorkerSpec(url=url) for url in config.workers)})
 
     @property
     def workers(self) -> Sequence[Worker]:
-        return self._workers
+        return list(self._workers.values())
+
+    def get(self, wid: str) -> Worker | None:
+        return self._workers.get(wid)
 
     @property
     def policy_name(self) -> str:
         return self._policy.name
 
-    def healthy(self) -> list[Worker]:
-        return [w for w in self._workers if w.healthy]
+    @property
+    def board(self) -> HealthBoard | None:
+        return self._board
+
+    def routable(self, worker: Worker) -> bool:
+        """In rotation on this node: our own verdict once we have one, else the cluster's."""
+        if worker.healthy:
+            return True
+        if worker.checked or self._board is None:
+            return False
+        return self._board.cluster_ok(worker.id) is True
+
+    def healthy(self, role: str = "regular") -> list[Worker]:
+        return [w for w in self._workers.values() if w.role == role and self.routable(w)]
+
+    def sync(self, specs: Mapping[str, WorkerSpec]) -> None:
+        """Make the pool hold exactly ``specs`` (the registry's workers): start watching new ones, stop
+        and close removed ones. A changed spec (same URL, new model/role/labels) is updated in place."""
+        changed = False
+        for wid in [wid for wid in self._workers if wid not in specs]:
+            worker = self._workers.pop(wid)
+            for task in worker.tasks:
+                task.cancel()
+            if self._kv_index is not None:
+                self._kv_index.forget_worker(worker.url)
+            if self._board is not None:
+                self._board.forget(wid)
+            if self._started:
+                self._supervisor.spawn(worker.client.close(), name=f"close-{worker.url}")
+            log.info("worker %s (%s) removed", worker.url, wid)
+            changed = True
+        for wid, spec in specs.items():
+            existing = self._workers.get(wid)
+            if existing is not None:
+                existing.spec = spec
+                continue
+            worker = Worker(spec=spec, client=self._client_factory(spec.url))
+            self._workers[wid] = worker
+            if self._started:
+                self._watch(worker)
+                log.info("worker %s (%s) added", spec.url, wid)
+            changed = True
+        if changed and self._started:
+            self._policy.on_workers_changed([w.url for w in self._workers.values()])
 
     def start(self) -> None:
-        self._policy.on_workers_changed([w.url for w in self._workers])
-        self._supervisor.spawn(self._health_loop(), name="worker-health")
+        self._started = True
+        self._policy.on_workers_changed([w.url for w in self._workers.values()])
+        for worker in self._workers.values():
+            self._watch(worker)
+
+    def _watch(self, worker: Worker) -> None:
+        worker.tasks.append(self._supervisor.spawn(self._health_loop(worker), name=f"health-{worker.url}"))
         if self._kv_index is not None:
-            for w in self._workers:
-                self._supervisor.spawn(self._kv_loop(w, self._kv_index), name=f"kv-events-{w.url}")
+            worker.tasks.append(
+                self._supervisor.spawn(self._kv_loop(worker, self._kv_index), name=f"kv-events-{worker.url}")
+            )
 
     async def close(self) -> None:
-        await asyncio.gather(*(w.client.close() for w in self._workers), return_exceptions=True)
+        await asyncio.gather(*(w.client.close() for w in self._workers.values()), return_exceptions=True)
 
-    def select(self, request: RouteRequest) -> Worker:
-        """Pick a worker for ``request`` and tell the policy; raises NoHealthyWorker (503) when none is in
-        rotation. Synchronous on purpose: select and on_routed happen with no await in between."""
-        candidates = self.healthy()
+    def select(self, request: RouteRequest, *, role: str = "regular") -> Worker:
+        """Pick a worker of ``role`` for ``request`` and tell the policy; raises NoHealthyWorker (503) when
+        none is in rotation. Synchronous on purpose: select and on_routed happen with no await in between."""
+        candidates = self.healthy(role)
         if not candidates:
             raise NoHealthyWorker("no healthy worker is available to serve this request; try again later")
         stamped = replace(request, now_s=asyncio.get_running_loop().time())
@@ -101,7 +179,9 @@ class WorkerPool:
         if worker.healthy:
             log.warning("worker %s out of rotation: %s", worker.url, error.message)
         worker.healthy = False
+        worker.checked = True
         worker.last_error = error.message
+        self._publish(worker)
 
     def abort_soon(self, worker: Worker, request_id: str) -> None:
         """Send Abort for ``request_id`` without making the caller wait (the task is owned and awaited)."""
@@ -119,7 +199,7 @@ class WorkerPool:
             await asyncio.wait_for(self._model_info_ready.wait(), timeout_s)
         except TimeoutError:
             return None
-        return next(w.info for w in self._workers if w.info is not None)
+        return next((w.info for w in self._workers.values() if w.info is not None), None)
 
     def _set_load(self, worker: Worker, load: EngineLoad) -> None:
         worker.load = LoadView(
@@ -131,10 +211,23 @@ class WorkerPool:
             updated_at=asyncio.get_running_loop().time() - load.age_s,
         )
 
-    async def _health_loop(self) -> None:
+    async def _health_loop(self, worker: Worker) -> None:
         while True:
-            await asyncio.gather(*(self._check(w) for w in self._workers))
+            await self._check(worker)
             await asyncio.sleep(self._config.health_interval_s)
+
+    def _publish(self, worker: Worker) -> None:
+        if self._board is None:
+            return
+        load = worker.load
+        self._board.observe(
+            worker.id,
+            worker.healthy,
+            running=load.running if load is not None else 0,
+            waiting=load.waiting if load is not None else 0,
+            token_usage=load.token_usage if load is not None else 0.0,
+            error=worker.last_error,
+        )
 
     async def _check(self, worker: Worker) -> None:
         timeout = self._config.health_timeout_s
@@ -154,14 +247,19 @@ class WorkerPool:
             if not worker.healthy:
                 log.info("worker %s healthy", worker.url)
             worker.healthy = True
+            worker.checked = True
             worker.consecutive_failures = 0
             worker.last_error = ""
+            self._publish(worker)
             return
         worker.consecutive_failures += 1
         worker.last_error = worker.last_error or "health check failed"
-        if worker.healthy and worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
-            log.warning("worker %s unhealthy after %d failed checks", worker.url, worker.consecutive_failures)
+        if worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
+            if worker.healthy:
+                log.warning("worker %s unhealthy after %d failed checks", worker.url, worker.consecutive_failures)
             worker.healthy = False
+            worker.checked = True
+        self._publish(worker)
 
     async def _kv_loop(self, worker: Worker, index: KvIndex) -> None:
         """Feed ``index`` from the worker's KV events, resubscribing after gaps and broken streams."""

@@ -1,0 +1,102 @@
+"""The node's share of the replicated cluster state: the worker registry, health observations and routing
+hints, carried by the mesh (or kept locally when the node runs alone).
+
+One ``ClusterState`` per node process, named like its mesh member so membership and state agree on who is
+alive. The mesh's single delegate slot is split into channels (``mesh.channels``): the replicated state on
+one, best-effort routing hints on the other. A ticker task drives the state's clocked work (counter flush,
+garbage collection) with the mesh's view of live members, and the health board's publishing.
+
+Without a mesh the same code runs on a standalone state: one code path, and a node that later joins a
+cluster (``smg-node join``) brings its workers with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from mesh.best_effort import BestEffortBroadcast
+from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
+from mesh.member import MemberState
+from mesh.runtime import Mesh
+from mesh.state import ClusterState
+from mesh.state_config import StateConfig
+from node.workers.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
+from node.workers.registry import WorkerRegistry
+
+log = logging.getLogger(__name__)
+
+#: Channel ids on the mesh delegate; every node must agree (append-only).
+STATE_CHANNEL = 1
+HINTS_CHANNEL = 2
+#: The state's name when the node runs without a mesh.
+STANDALONE_NODE = "local"
+
+_LIVE = (MemberState.ALIVE, MemberState.SUSPECT)
+
+
+def state_config() -> StateConfig:
+    """The node's StateConfig: deltas fit a channel message; health rows are sharded by worker."""
+    return StateConfig(max_delta_bytes=MAX_CHANNEL_MSG_BYTES, table_shards=((HEALTH_TABLE, HEALTH_SHARDS),))
+
+
+@dataclass(slots=True)
+class SharedState:
+    state: ClusterState
+    registry: WorkerRegistry
+    board: HealthBoard
+    hints: BestEffortBroadcast
+    mesh: Mesh | None
+
+    def alive_members(self) -> set[str] | None:
+        if self.mesh is None:
+            return None
+        return {m.name for m in self.mesh.members() if m.state in _LIVE}
+
+    def tick(self) -> None:
+        self.state.tick(time.time(), self.alive_members())
+        self.board.tick()
+
+
+def open_shared_state(
+    *,
+    mesh: Mesh | None,
+    channels: Channels | None,
+    health_publish_interval_s: float,
+    on_hints: Callable[[bytes], None],
+) -> SharedState:
+    """Create the node's state and plug it into ``channels`` (the mesh's delegate) when there is a mesh."""
+    state = ClusterState(mesh.name if mesh is not None else STANDALONE_NODE, state_config())
+
+    def cluster_size() -> int:
+        return len(mesh.members()) if mesh is not None else 1
+
+    hints = BestEffortBroadcast(on_hints, retransmit_mult=state.config.retransmit_mult, cluster_size=cluster_size)
+    if channels is not None:
+        channels.attach(STATE_CHANNEL, state)
+        channels.attach(HINTS_CHANNEL, hints)
+    board = HealthBoard(state, publish_interval_s=health_publish_interval_s)
+    return SharedState(state=state, registry=WorkerRegistry(state), board=board, hints=hints, mesh=mesh)
+
+
+class HintSource(Protocol):
+    def take_outgoing(self) -> list[bytes]: ...
+
+
+async def run_ticker(shared: SharedState, hints: HintSource | None = None) -> None:
+    """Tick the shared state forever, and send the routing hints gathered since the last tick (a
+    supervised background task)."""
+    interval = shared.state.config.tick_interval_s
+    while True:
+        try:
+            shared.tick()
+            if hints is not None and shared.mesh is not None:
+                for msg in hints.take_outgoing():
+                    shared.hints.publish(msg)
+        except Exception:  # a bug in housekeeping must not stop replication
+            log.exception("cluster state tick failed")
+        await asyncio.sleep(interval)
