@@ -160,6 +160,7 @@ class Node:
     join: tuple[str, ...] = ()
     key_file: Path | None = None
     prefix: tuple[str, ...] = ()  # e.g. nsenter --net=... to start it in another network namespace
+    extra: tuple[str, ...] = ()  # more `serve` flags, e.g. ("--health-interval-s", "0.5")
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     logs: list[Path] = field(default_factory=list)
@@ -180,6 +181,7 @@ class Node:
         args = [*self.prefix, *SMG_NODE, "serve", "--processes", "1", "--host", self.http_host]
         args += ["--port", str(self.http_port), "--model-path", str(model_dir), "--worker", worker_url]
         args += ["--mesh-bind", self.mesh_addr, "--node-name", self.name, *profile.args()]
+        args += self.extra
         for peer in self.join:
             args += ["--join", peer]
         if self.key_file is not None:

@@ -19,7 +19,6 @@ import pytest
 
 from node.app import run_node
 from node.cluster import ClusterConfig
-from node.config import WorkerPoolConfig
 from node.errors import WorkerFailed
 from node.sim.worker import SimWorker
 from node.workers.client import WorkerClient
@@ -54,7 +53,9 @@ async def test_add_list_route_and_delete_workers(llama3_model_dir: Path) -> None
     async with contextlib.AsyncExitStack() as stack:
         first = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
         second = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
-        node = await stack.enter_async_context(run_node(_fast(node_config(llama3_model_dir, [first.port]), [first.port])))
+        node = await stack.enter_async_context(
+            run_node(_fast(node_config(llama3_model_dir, [first.port]), [first.port]))
+        )
         model = node.model.name
         url2 = f"grpc://127.0.0.1:{second.port}"
 
@@ -73,7 +74,10 @@ async def test_add_list_route_and_delete_workers(llama3_model_dir: Path) -> None
         by_url = {w["url"]: w for w in listing["data"]}
         assert set(by_url) == {f"grpc://127.0.0.1:{first.port}", url2}
         assert by_url[url2]["verdict"] == "healthy" and by_url[url2]["model"] == model
-        assert list(by_url[url2]["observations"]) == [listing["node"]] and by_url[url2]["observations"][listing["node"]]["ok"]
+        assert (
+            list(by_url[url2]["observations"]) == [listing["node"]]
+            and by_url[url2]["observations"][listing["node"]]["ok"]
+        )
 
         for _ in range(6):  # round robin over both
             assert (await _chat(node.url, model))[0] == 200
@@ -102,7 +106,9 @@ async def test_add_list_route_and_delete_workers(llama3_model_dir: Path) -> None
         ({"nourl": 1}, None),
     ],
 )
-async def test_bad_worker_bodies_change_nothing(llama3_model_dir: Path, body: dict[str, Any], param: str | None) -> None:
+async def test_bad_worker_bodies_change_nothing(
+    llama3_model_dir: Path, body: dict[str, Any], param: str | None
+) -> None:
     async with contextlib.AsyncExitStack() as stack:
         sim = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
         node = await stack.enter_async_context(run_node(node_config(llama3_model_dir, [sim.port])))

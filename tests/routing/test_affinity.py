@@ -50,10 +50,10 @@ def test_a_peer_matches_what_the_origin_learned(prompts: list[list[int]], urls: 
         origin.learn(BlockHashes(prompt, 16), url)
         expected[len(expected)] = (url, prompt)
     ship(origin, peer)
-    for url, prompt in expected.values():
+    for _url, prompt in expected.values():
         # A follow-up turn extends the prompt: the peer finds at least the whole earlier prompt's pages
         # with the worker that was last sent that prefix.
-        longer = prompt + [7, 7, 7, 7, 7]
+        longer = [*prompt, 7, 7, 7, 7, 7]
         got = peer.match(BlockHashes(longer, 16))
         full = len(prompt) // PAGE * PAGE
         holders = {u for u, p in expected.values() if len(p) >= full and p[:full] == prompt[:full]}
