@@ -131,6 +131,7 @@ async def run_node(
 
         metrics = NodeMetrics(pool)
         metrics.watch_tokenizer(model.tokenizer)
+        metrics.watch_state(shared)
         if mesh is not None:
             metrics.watch_mesh(mesh)
         path = model.tokenizer.encode_path

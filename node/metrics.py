@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mesh.runtime import Mesh
+from node.cluster_state import SharedState
 from node.pipeline.generate import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.workers.pool import WorkerPool
@@ -91,6 +92,31 @@ class _MeshCollector(Collector):
             )
 
 
+class _StateCollector(Collector):
+    """The replicated cluster state (mesh/state.py) and the routing-hint channel, read at scrape time."""
+
+    def __init__(self, shared: SharedState) -> None:
+        self._shared = shared
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        m = self._shared.state.metrics()
+        for name in ("docs", "doc_bytes"):
+            yield GaugeMetricFamily(
+                f"smg_node_state_{name}", f"Cluster state {name.replace('_', ' ')}.", value=getattr(m, name)
+            )
+        for f in dataclasses.fields(m):
+            if f.name in ("docs", "doc_bytes"):
+                continue
+            yield CounterMetricFamily(
+                f"smg_node_state_{f.name}", f"Cluster state {f.name.replace('_', ' ')}.", value=getattr(m, f.name)
+            )
+        hints = self._shared.hints
+        for name in ("published", "received", "duplicates"):
+            yield CounterMetricFamily(
+                f"smg_node_hint_messages_{name}", f"Routing-hint messages {name}.", value=getattr(hints, name)
+            )
+
+
 class NodeMetrics:
     def __init__(self, pool: WorkerPool) -> None:
         self.registry = CollectorRegistry()
@@ -111,6 +137,9 @@ class NodeMetrics:
 
     def watch_mesh(self, mesh: Mesh) -> None:
         self.registry.register(_MeshCollector(mesh))
+
+    def watch_state(self, shared: SharedState) -> None:
+        self.registry.register(_StateCollector(shared))
 
     def watch_tokenizer(self, tokenizer: Tokenizer) -> None:
         self.registry.register(_TokenizerCacheCollector(tokenizer))
