@@ -6,6 +6,13 @@ contain no clocks or id generators on the write path.
 
 Every method takes a `tenant`; every key, row and Redis key is scoped by it, so an id that exists under
 another tenant raises NotFound exactly like an id that exists nowhere.
+
+Retention (StorageConfig.retention_s) is the same in every backend: a response or a conversation, with its
+items, expires `retention_s` after its last write. A response is written once (put); a conversation by
+create, update_metadata, add_items, delete_item and by a put() that appends to it. Reads never extend it.
+An expired entry is absent to every method at once: NotFound, a previous_response_id chain through it is
+broken, and its id may be used again. Only reclaiming the space differs: memory drops expired entries on
+its next call, Redis lets the keys' TTL lapse, Postgres deletes the rows in a background sweep.
 """
 
 from __future__ import annotations

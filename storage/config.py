@@ -15,6 +15,9 @@ BACKENDS: tuple[Backend, ...] = ("memory", "redis", "postgres")
 _TABLE_PREFIX_RE = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 # The first segment of every Redis key; ':' is the separator so it may not appear inside.
 _KEY_PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# Longer than any deployment lives; keeps every deadline inside each backend's time range (Python datetime
+# and Postgres timestamptz for postgres, PEXPIRE milliseconds for redis). Also rejects inf.
+MAX_RETENTION_S = 100 * 365 * 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +55,17 @@ class StorageConfig:
         default=30 * 24 * 3600.0,
         metadata={
             "flag": "--history-retention-s",
-            "help": "memory/redis: seconds a response or conversation is kept after its last write. "
-            "postgres keeps rows until deleted.",
+            "help": "Seconds a response or conversation (with its items) is kept after its last write; reads "
+            "do not extend it. Every backend hides an expired entry at once; memory drops it, redis lets its "
+            "keys' TTL lapse, postgres deletes its rows in a background sweep. At most 100 years.",
+        },
+    )
+    postgres_sweep_interval_s: float = field(
+        default=60.0,
+        metadata={
+            "flag": "--history-postgres-sweep-interval-s",
+            "help": "postgres: period of the background sweep that deletes expired rows in small batches "
+            "(reads skip expired rows before that; the sweep only reclaims space).",
         },
     )
     memory_max_items: int = field(
@@ -109,6 +121,8 @@ class StorageConfig:
             value = getattr(self, f.name)
             if f.name.endswith("_s") and not value > 0:
                 raise ValueError(f"{f.name}: must be > 0, got {value!r}")
+        if self.retention_s > MAX_RETENTION_S:
+            raise ValueError(f"retention_s: must be <= {MAX_RETENTION_S:.0f} (100 years), got {self.retention_s!r}")
         if self.memory_max_items < 1:
             raise ValueError(f"memory_max_items: must be >= 1, got {self.memory_max_items}")
         if self.postgres_pool_min_size < 0:

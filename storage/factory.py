@@ -1,6 +1,7 @@
 """open_stores(): the one place that turns a StorageConfig into live stores.
 
-The composition root enters it on its AsyncExitStack; leaving the context closes pools and clients.
+The composition root enters it on its AsyncExitStack; leaving the context stops the backend's background
+task (the Postgres retention sweeper), then closes pools and clients.
 Backend modules are imported lazily so a memory-only node never loads asyncpg or redis.
 """
 

@@ -3,7 +3,7 @@
 Eviction works on whole entries (a response with its items, or a conversation with its items), never on
 single items, so a surviving conversation is always complete. An entry weighs 1 + its item count.
 - Age: an entry is dropped `retention_s` after its last write (reads do not extend it), matching the
-  Redis backend's TTLs.
+  Redis backend's TTLs and the Postgres backend's expires_at (see storage/base.py).
 - Size: while the total weight exceeds `max_items`, the least recently used entry (read or written)
   is dropped. A write that alone would exceed `max_items` is refused with InvalidInput.
 

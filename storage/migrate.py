@@ -48,9 +48,10 @@ def load_migrations(directory: Path = MIGRATIONS_DIR) -> tuple[Migration, ...]:
     return tuple(found)
 
 
-def lock_key(table_prefix: str) -> int:
-    """The advisory lock id (a signed 64-bit int) guarding migrations of one table prefix."""
-    digest = hashlib.blake2b(f"smg-storage-migrations:{table_prefix}".encode(), digest_size=8).digest()
+def lock_key(table_prefix: str, purpose: str = "migrations") -> int:
+    """The advisory lock id (a signed 64-bit int) guarding one `purpose` (migrations, the retention
+    sweep) of one table prefix."""
+    digest = hashlib.blake2b(f"smg-storage-{purpose}:{table_prefix}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 

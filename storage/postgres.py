@@ -8,6 +8,16 @@ replaces dead connections on the next acquire, so the store recovers by itself w
 
 The schema is migrated when the store opens; if Postgres is down then, the store still opens and the
 first call after the server returns migrates (see `_Database.ensure_schema`).
+
+Retention, as in the memory and Redis backends: each write to a response or conversation sets its
+`expires_at` to the write time plus `retention_s` (reads do not extend it; a response is written once, a
+conversation on every change to it or its items). Every read and write treats a row with
+expires_at <= now as absent, so it vanishes at its deadline, items included; a chain whose ancestor
+expired is broken exactly as if the ancestor were deleted. An id may be reused once its row expired: the
+write first deletes the expired row (so a reused response id still gets a fresh, larger seq). The
+store's background sweeper (storage/sweeper.py) deletes expired rows in small batches every
+`postgres_sweep_interval_s`. "now" is the injected wall clock of the node (unix seconds), so nodes
+sharing a database need synchronized clocks; skew shifts a deadline by the skew.
 """
 
 from __future__ import annotations
@@ -15,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeAlias, TypeVar
 
 import asyncpg
@@ -35,7 +47,8 @@ from storage.base import (
 )
 from storage.config import StorageConfig
 from storage.errors import Conflict, InvalidInput, NotFound, StorageError, StorageUnavailable
-from storage.migrate import migrate
+from storage.migrate import lock_key, migrate
+from storage.sweeper import OwnedTable, sweep_if_free, sweep_periodically
 
 _log = logging.getLogger(__name__)
 
@@ -101,15 +114,16 @@ async def _fetch_page(
     after: str | None,
     limit: int,
     order: Order,
+    now: datetime,
     missing: str,
     foreign: str,
 ) -> list[asyncpg.Record]:
     """One page (plus one row, to tell has_more) of an owner's items after the `after` item.
 
-    Raises NotFound (``missing``) when the owner does not exist, InvalidInput (``foreign``) when `after` is
-    not one of its items.
+    Raises NotFound (``missing``) when the owner does not exist or expired, InvalidInput (``foreign``) when
+    `after` is not one of its items.
     """
-    exists, cursor = _one(await conn.fetchrow(sql._sql_cursor, tenant, owner_id, after))
+    exists, cursor = _one(await conn.fetchrow(sql._sql_cursor, tenant, owner_id, after, now))
     if not exists:
         raise NotFound(missing)
     if after is not None and cursor is None:
@@ -120,20 +134,54 @@ async def _fetch_page(
     return await conn.fetch(sql._sql_page_desc, tenant, owner_id, start, limit + 1)
 
 
-class _Database:
-    """The pool plus what both stores share: schema readiness, error mapping, retries, table names."""
+def swept_tables(table_prefix: str) -> tuple[OwnedTable, OwnedTable]:
+    """The expiring tables with their item tables, as named in migrations/: responses, conversations."""
+    return (
+        OwnedTable(f"{table_prefix}responses", f"{table_prefix}response_input_items", "response_id"),
+        OwnedTable(f"{table_prefix}conversations", f"{table_prefix}conversation_items", "conversation_id"),
+    )
 
-    def __init__(self, pool: asyncpg.Pool[asyncpg.Record], config: StorageConfig, rng: random.Random) -> None:
+
+class _Database:
+    """The pool plus what both stores share: schema readiness, error mapping, retries, table names, the
+    clock and retention."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool[asyncpg.Record],
+        config: StorageConfig,
+        rng: random.Random,
+        clock: Callable[[], float],
+    ) -> None:
         self._pool = pool
         self._config = config
         self._rng = rng
+        self._clock = clock
+        self._retention = timedelta(seconds=config.retention_s)
         self._ready = False
         self._schema_lock = asyncio.Lock()
-        p = config.table_prefix
-        self.responses = f"{p}responses"
-        self.inputs = f"{p}response_input_items"
-        self.conversations = f"{p}conversations"
-        self.items = f"{p}conversation_items"
+        self.swept = swept_tables(config.table_prefix)
+        responses, conversations = self.swept
+        self.responses, self.inputs = responses.owners, responses.children
+        self.conversations, self.items = conversations.owners, conversations.children
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self._clock(), UTC)
+
+    def deadline(self) -> tuple[datetime, datetime]:
+        """(now, the expires_at a write made now gets)."""
+        now = self.now()
+        return now, now + self._retention
+
+    async def sweep(self) -> int | None:
+        """Delete expired rows unless another node is sweeping this table prefix (then None). Raises
+        StorageUnavailable, StorageError."""
+
+        async def op(conn: Conn) -> int | None:
+            key = lock_key(self._config.table_prefix, "retention-sweep")
+            return await sweep_if_free(conn, self.swept, lock_key=key, now=self.now())
+
+        return await self.run(op)
 
     async def ensure_schema(self) -> None:
         """Migrate once per store. Raises StorageUnavailable (the next call tries again), MigrationError."""
@@ -180,16 +228,16 @@ class PostgresResponseStore:
     def __init__(self, db: _Database) -> None:
         self._db = db
         t = db
-        self._sql_prev = f"SELECT 1 FROM {t.responses} WHERE tenant = $1 AND id = $2"
-        self._sql_bump = (
-            f"UPDATE {t.conversations} SET next_position = next_position + $3"
-            " WHERE tenant = $1 AND id = $2 RETURNING next_position"
-        )
+        # Every statement on responses takes the node's now and treats rows with expires_at <= now as
+        # absent; the insert sets expires_at to now + retention (see the module docstring).
+        self._sql_prev = f"SELECT 1 FROM {t.responses} WHERE tenant = $1 AND id = $2 AND expires_at > $3"
+        self._sql_bump = _conv_bump(t.conversations)
         self._sql_insert = (
             f"INSERT INTO {t.responses} (tenant, id, created_at, previous_response_id, conversation_id,"
-            " body, output) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb)"
+            " body, output, expires_at) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8)"
             " ON CONFLICT DO NOTHING RETURNING seq"
         )
+        self._sql_purge = _purge(t.responses)
         self._sql_inputs = (
             f"INSERT INTO {t.inputs} (tenant, response_id, position, item_id, type, body)"
             " SELECT $1, $2, u.ord - 1, u.id, u.type, u.body::jsonb"
@@ -201,10 +249,10 @@ class PostgresResponseStore:
         # response row was inserted. Returns (previous exists, new seq or NULL on id conflict).
         self._sql_put_one = (
             f"WITH prev_ok AS (SELECT $4::text IS NULL OR EXISTS (SELECT 1 FROM {t.responses}"
-            " WHERE tenant = $1 AND id = $4) AS ok),"
+            " WHERE tenant = $1 AND id = $4 AND expires_at > $10) AS ok),"
             f" ins AS (INSERT INTO {t.responses} (tenant, id, created_at, previous_response_id,"
-            " conversation_id, body, output)"
-            " SELECT $1, $2, $3, $4, NULL, $5::jsonb, $6::jsonb FROM prev_ok WHERE ok"
+            " conversation_id, body, output, expires_at)"
+            " SELECT $1, $2, $3, $4, NULL, $5::jsonb, $6::jsonb, $11 FROM prev_ok WHERE ok"
             " ON CONFLICT DO NOTHING RETURNING seq),"
             f" items AS (INSERT INTO {t.inputs} (tenant, response_id, position, item_id, type, body)"
             " SELECT $1, $2, u.ord - 1, u.id, u.type, u.body::jsonb FROM ins,"
@@ -213,25 +261,26 @@ class PostgresResponseStore:
         )
         self._sql_get = (
             "SELECT created_at, previous_response_id, conversation_id, body::text, output::text"
-            f" FROM {t.responses} WHERE tenant = $1 AND id = $2"
+            f" FROM {t.responses} WHERE tenant = $1 AND id = $2 AND expires_at > $3"
         )
-        self._sql_delete = f"DELETE FROM {t.responses} WHERE tenant = $1 AND id = $2 RETURNING 1"
+        self._sql_delete = f"DELETE FROM {t.responses} WHERE tenant = $1 AND id = $2 AND expires_at > $3 RETURNING 1"
         self._sql_cursor = (
-            f"SELECT EXISTS (SELECT 1 FROM {t.responses} WHERE tenant = $1 AND id = $2),"
+            f"SELECT EXISTS (SELECT 1 FROM {t.responses} WHERE tenant = $1 AND id = $2 AND expires_at > $4),"
             f" (SELECT position FROM {t.inputs} WHERE tenant = $1 AND response_id = $2 AND item_id = $3)"
         )
         page = f"SELECT body::text FROM {t.inputs} WHERE tenant = $1 AND response_id = $2"
         self._sql_page_asc = f"{page} AND position > $3::bigint ORDER BY position ASC LIMIT $4"
         self._sql_page_desc = f"{page} AND position < $3::bigint ORDER BY position DESC LIMIT $4"
-        # Follows links only to strictly smaller seq (see ResponseStore.load_chain); depth-bounded.
+        # Follows links only to strictly smaller seq (see ResponseStore.load_chain) and only to unexpired
+        # responses; depth-bounded.
         self._sql_chain = (
             "WITH RECURSIVE chain AS ("
             f" SELECT id, seq, previous_response_id, output, 1 AS depth FROM {t.responses}"
-            " WHERE tenant = $1 AND id = $2"
+            " WHERE tenant = $1 AND id = $2 AND expires_at > $4"
             " UNION ALL"
             " SELECT r.id, r.seq, r.previous_response_id, r.output, c.depth + 1"
             f" FROM chain c JOIN {t.responses} r"
-            " ON r.tenant = $1 AND r.id = c.previous_response_id AND r.seq < c.seq"
+            " ON r.tenant = $1 AND r.id = c.previous_response_id AND r.seq < c.seq AND r.expires_at > $4"
             " WHERE c.depth < $3)"
             " SELECT id, previous_response_id, depth, output::text FROM chain ORDER BY depth DESC"
         )
@@ -248,31 +297,41 @@ class PostgresResponseStore:
         in_cols = _item_columns(input_items)
         conv_items = (*input_items, *response.output)
         conv_cols = _item_columns(conv_items)
+        conflict = f"response {response.id!r} already exists"
 
         async def put_one(conn: Conn) -> None:
-            prev_ok, seq = _one(
-                await conn.fetchrow(
-                    self._sql_put_one, tenant, response.id, response.created_at, prev, body, output, *in_cols
-                )
-            )
-            if not prev_ok:
-                raise NotFound(f"previous response {prev!r} not found")
-            if seq is None:
-                raise Conflict(f"response {response.id!r} already exists")
+            # At most two tries: the second follows deleting an expired response that held the id.
+            for _ in range(2):
+                now, expires = self._db.deadline()
+                args = (tenant, response.id, response.created_at, prev, body, output, *in_cols, now, expires)
+                prev_ok, seq = _one(await conn.fetchrow(self._sql_put_one, *args))
+                if not prev_ok:
+                    raise NotFound(f"previous response {prev!r} not found")
+                if seq is not None:
+                    return
+                if await conn.fetchval(self._sql_purge, tenant, response.id, now) is None:
+                    break
+            raise Conflict(conflict)
 
         async def op(conn: Conn) -> None:
+            now, expires = self._db.deadline()
             try:
                 async with conn.transaction():
-                    if prev is not None and await conn.fetchval(self._sql_prev, tenant, prev) is None:
+                    if prev is not None and await conn.fetchval(self._sql_prev, tenant, prev, now) is None:
                         raise NotFound(f"previous response {prev!r} not found")
                     next_position = None
                     if conv_id is not None:
-                        next_position = await conn.fetchval(self._sql_bump, tenant, conv_id, len(conv_items))
+                        next_position = await conn.fetchval(
+                            self._sql_bump, tenant, conv_id, len(conv_items), now, expires
+                        )
                         if next_position is None:
                             raise NotFound(f"conversation {conv_id!r} not found")
-                    row = (tenant, response.id, response.created_at, prev, conv_id, body, output)
-                    if await conn.fetchval(self._sql_insert, *row) is None:
-                        raise Conflict(f"response {response.id!r} already exists")
+                    row = (tenant, response.id, response.created_at, prev, conv_id, body, output, expires)
+                    seq = await conn.fetchval(self._sql_insert, *row)
+                    if seq is None and await conn.fetchval(self._sql_purge, tenant, response.id, now) is not None:
+                        seq = await conn.fetchval(self._sql_insert, *row)  # the id was held by an expired row
+                    if seq is None:
+                        raise Conflict(conflict)
                     if input_items:
                         await conn.execute(self._sql_inputs, tenant, response.id, *in_cols)
                     if next_position is not None and conv_items:
@@ -288,7 +347,7 @@ class PostgresResponseStore:
         validation.check_record_id("response", response_id)
 
         async def op(conn: Conn) -> asyncpg.Record | None:
-            return await conn.fetchrow(self._sql_get, tenant, response_id)
+            return await conn.fetchrow(self._sql_get, tenant, response_id, self._db.now())
 
         row = await self._db.run(op)
         if row is None:
@@ -307,7 +366,7 @@ class PostgresResponseStore:
         validation.check_record_id("response", response_id)
 
         async def op(conn: Conn) -> object:
-            return await conn.fetchval(self._sql_delete, tenant, response_id)
+            return await conn.fetchval(self._sql_delete, tenant, response_id, self._db.now())
 
         if await self._db.run(op) is None:
             raise NotFound(f"response {response_id!r} not found")
@@ -328,6 +387,7 @@ class PostgresResponseStore:
         async def op(conn: Conn) -> list[asyncpg.Record]:
             return await _fetch_page(
                 conn, self, tenant=tenant, owner_id=response_id, after=after, limit=limit, order=order,
+                now=self._db.now(),
                 missing=f"response {response_id!r} not found",
                 foreign=f"`after` item {after!r} is not an input item of {response_id!r}",
             )  # fmt: skip
@@ -344,7 +404,7 @@ class PostgresResponseStore:
         async def op(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
             # One snapshot for both queries, so a concurrent delete cannot split a response from its items.
             async with conn.transaction(isolation="repeatable_read", readonly=True):
-                chain = await conn.fetch(self._sql_chain, tenant, response_id, max_depth)
+                chain = await conn.fetch(self._sql_chain, tenant, response_id, max_depth, self._db.now())
                 ids = [r["id"] for r in chain]
                 inputs = await conn.fetch(self._sql_chain_inputs, tenant, ids) if chain else []
             return chain, inputs
@@ -375,6 +435,22 @@ def _conv_items_insert(table: str) -> str:
     )
 
 
+def _conv_bump(table: str) -> str:
+    """Reserve $3 item positions in an unexpired conversation ($4 now) and extend its life to $5; returns
+    the new next_position, or no row. The UPDATE row-locks the conversation: concurrent appends get
+    disjoint positions in commit order."""
+    return (
+        f"UPDATE {table} SET next_position = next_position + $3, expires_at = $5"
+        " WHERE tenant = $1 AND id = $2 AND expires_at > $4 RETURNING next_position"
+    )
+
+
+def _purge(table: str) -> str:
+    """Delete the expired (or claimed) row holding id $2 ($3 now), so the id can be reused before the
+    sweeper gets to it; its items go with it (ON DELETE CASCADE). Returns 1, or no row."""
+    return f"DELETE FROM {table} WHERE tenant = $1 AND id = $2 AND expires_at <= $3 RETURNING 1"
+
+
 def _one(row: asyncpg.Record | None) -> asyncpg.Record:
     """Unwrap the row of a SELECT without FROM, which always returns exactly one."""
     if row is None:
@@ -391,36 +467,48 @@ class PostgresConversationStore:
     def __init__(self, db: _Database) -> None:
         self._db = db
         t = db
+        # Every statement takes now and treats rows with expires_at <= now as absent; every write sets
+        # expires_at to now + retention (see the module docstring).
         self._sql_create = (
-            f"INSERT INTO {t.conversations} (tenant, id, created_at, metadata, next_position)"
-            " VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT DO NOTHING RETURNING 1"
+            f"INSERT INTO {t.conversations} (tenant, id, created_at, metadata, next_position, expires_at)"
+            " VALUES ($1, $2, $3, $4::jsonb, $5, $6) ON CONFLICT DO NOTHING RETURNING 1"
         )
+        self._sql_purge = _purge(t.conversations)
         self._sql_items = _conv_items_insert(t.items)
-        self._sql_get = f"SELECT created_at, metadata::text FROM {t.conversations} WHERE tenant = $1 AND id = $2"
+        self._sql_get = (
+            f"SELECT created_at, metadata::text FROM {t.conversations}"
+            " WHERE tenant = $1 AND id = $2 AND expires_at > $3"
+        )
         self._sql_update = (
-            f"UPDATE {t.conversations} SET metadata = $3::jsonb WHERE tenant = $1 AND id = $2 RETURNING created_at"
+            f"UPDATE {t.conversations} SET metadata = $3::jsonb, expires_at = $5"
+            " WHERE tenant = $1 AND id = $2 AND expires_at > $4 RETURNING created_at"
         )
-        self._sql_delete = f"DELETE FROM {t.conversations} WHERE tenant = $1 AND id = $2 RETURNING 1"
-        self._sql_bump = (
-            f"UPDATE {t.conversations} SET next_position = next_position + $3"
-            " WHERE tenant = $1 AND id = $2 RETURNING next_position"
+        self._sql_delete = (
+            f"DELETE FROM {t.conversations} WHERE tenant = $1 AND id = $2 AND expires_at > $3 RETURNING 1"
         )
+        self._sql_bump = _conv_bump(t.conversations)
         self._sql_cursor = (
-            f"SELECT EXISTS (SELECT 1 FROM {t.conversations} WHERE tenant = $1 AND id = $2),"
+            f"SELECT EXISTS (SELECT 1 FROM {t.conversations} WHERE tenant = $1 AND id = $2 AND expires_at > $4),"
             f" (SELECT position FROM {t.items} WHERE tenant = $1 AND conversation_id = $2 AND item_id = $3)"
         )
         page = f"SELECT body::text FROM {t.items} WHERE tenant = $1 AND conversation_id = $2"
         self._sql_page_asc = f"{page} AND position > $3::bigint ORDER BY position ASC LIMIT $4"
         self._sql_page_desc = f"{page} AND position < $3::bigint ORDER BY position DESC LIMIT $4"
         self._sql_get_item = (
-            f"SELECT EXISTS (SELECT 1 FROM {t.conversations} WHERE tenant = $1 AND id = $2),"
+            f"SELECT EXISTS (SELECT 1 FROM {t.conversations} WHERE tenant = $1 AND id = $2 AND expires_at > $4),"
             f" (SELECT body::text FROM {t.items} WHERE tenant = $1 AND conversation_id = $2 AND item_id = $3)"
         )
+        # Deletes the item only from a live conversation (locked, so the sweeper cannot claim it meanwhile)
+        # and, if it did, extends the conversation's life like any other write. Returns (conversation
+        # live, item deleted).
         self._sql_delete_item = (
-            f"WITH d AS (DELETE FROM {t.items} WHERE tenant = $1 AND conversation_id = $2 AND item_id = $3"
-            " RETURNING 1)"
-            f" SELECT EXISTS (SELECT 1 FROM {t.conversations} WHERE tenant = $1 AND id = $2),"
-            " EXISTS (SELECT 1 FROM d)"
+            f"WITH live AS (SELECT 1 FROM {t.conversations} WHERE tenant = $1 AND id = $2 AND expires_at > $4"
+            " FOR UPDATE),"
+            f" d AS (DELETE FROM {t.items} WHERE tenant = $1 AND conversation_id = $2 AND item_id = $3"
+            " AND EXISTS (SELECT 1 FROM live) RETURNING 1),"
+            f" touch AS (UPDATE {t.conversations} SET expires_at = $5 WHERE tenant = $1 AND id = $2"
+            " AND EXISTS (SELECT 1 FROM d))"
+            " SELECT EXISTS (SELECT 1 FROM live), EXISTS (SELECT 1 FROM d)"
         )
 
     def _check(self, tenant: str, conversation_id: str) -> None:
@@ -435,9 +523,13 @@ class PostgresConversationStore:
         cols = _item_columns(items)
 
         async def op(conn: Conn) -> None:
+            now, expires = self._db.deadline()
             async with conn.transaction():
-                row = (tenant, conversation.id, conversation.created_at, meta, len(items))
-                if await conn.fetchval(self._sql_create, *row) is None:
+                row = (tenant, conversation.id, conversation.created_at, meta, len(items), expires)
+                created = await conn.fetchval(self._sql_create, *row)
+                if created is None and await conn.fetchval(self._sql_purge, tenant, conversation.id, now) is not None:
+                    created = await conn.fetchval(self._sql_create, *row)  # the id was held by an expired row
+                if created is None:
                     raise Conflict(f"conversation {conversation.id!r} already exists")
                 if items:
                     await conn.execute(self._sql_items, tenant, conversation.id, 0, *cols)
@@ -449,7 +541,7 @@ class PostgresConversationStore:
         self._check(tenant, conversation_id)
 
         async def op(conn: Conn) -> asyncpg.Record | None:
-            return await conn.fetchrow(self._sql_get, tenant, conversation_id)
+            return await conn.fetchrow(self._sql_get, tenant, conversation_id, self._db.now())
 
         row = await self._db.run(op)
         if row is None:
@@ -462,7 +554,7 @@ class PostgresConversationStore:
         meta = codec.dumps(metadata)
 
         async def op(conn: Conn) -> object:
-            return await conn.fetchval(self._sql_update, tenant, conversation_id, meta)
+            return await conn.fetchval(self._sql_update, tenant, conversation_id, meta, *self._db.deadline())
 
         created_at = await self._db.run(op)
         if not isinstance(created_at, int):
@@ -474,7 +566,7 @@ class PostgresConversationStore:
 
         async def op(conn: Conn) -> object:
             # ON DELETE CASCADE removes the items in the same statement.
-            return await conn.fetchval(self._sql_delete, tenant, conversation_id)
+            return await conn.fetchval(self._sql_delete, tenant, conversation_id, self._db.now())
 
         if await self._db.run(op) is None:
             raise NotFound(f"conversation {conversation_id!r} not found")
@@ -487,9 +579,9 @@ class PostgresConversationStore:
         async def op(conn: Conn) -> None:
             try:
                 async with conn.transaction():
-                    # The UPDATE row-locks the conversation: concurrent appends get disjoint positions in
-                    # commit order.
-                    next_position = await conn.fetchval(self._sql_bump, tenant, conversation_id, len(items))
+                    next_position = await conn.fetchval(
+                        self._sql_bump, tenant, conversation_id, len(items), *self._db.deadline()
+                    )
                     if next_position is None:
                         raise NotFound(f"conversation {conversation_id!r} not found")
                     first = next_position - len(items)
@@ -514,6 +606,7 @@ class PostgresConversationStore:
         async def op(conn: Conn) -> list[asyncpg.Record]:
             return await _fetch_page(
                 conn, self, tenant=tenant, owner_id=conversation_id, after=after, limit=limit, order=order,
+                now=self._db.now(),
                 missing=f"conversation {conversation_id!r} not found",
                 foreign=f"`after` item {after!r} is not in conversation {conversation_id!r}",
             )  # fmt: skip
@@ -524,7 +617,7 @@ class PostgresConversationStore:
         self._check(tenant, conversation_id)
 
         async def op(conn: Conn) -> asyncpg.Record | None:
-            return await conn.fetchrow(self._sql_get_item, tenant, conversation_id, item_id)
+            return await conn.fetchrow(self._sql_get_item, tenant, conversation_id, item_id, self._db.now())
 
         row = await self._db.run(op)
         if row is None or not row[0]:
@@ -537,7 +630,7 @@ class PostgresConversationStore:
         self._check(tenant, conversation_id)
 
         async def op(conn: Conn) -> asyncpg.Record | None:
-            return await conn.fetchrow(self._sql_delete_item, tenant, conversation_id, item_id)
+            return await conn.fetchrow(self._sql_delete_item, tenant, conversation_id, item_id, *self._db.deadline())
 
         row = await self._db.run(op)
         if row is None or not row[0]:
@@ -546,9 +639,21 @@ class PostgresConversationStore:
             raise NotFound(f"item {item_id!r} not found in conversation {conversation_id!r}")
 
 
+def _log_sweeper_death(task: asyncio.Task[None]) -> None:
+    """The sweeper only ends by cancellation; anything else is a bug that must not pass silently."""
+    if not task.cancelled() and task.exception() is not None:
+        _log.error(
+            "the retention sweeper died; expired rows stay hidden but are no longer deleted", exc_info=task.exception()
+        )
+
+
 @asynccontextmanager
-async def open_postgres_stores(config: StorageConfig, *, rng: random.Random | None = None) -> AsyncIterator[Stores]:
-    """Open the pool and migrate. With postgres_pool_min_size=0 (default) this succeeds while Postgres
+async def open_postgres_stores(
+    config: StorageConfig, *, rng: random.Random | None = None, clock: Callable[[], float] = time.time
+) -> AsyncIterator[Stores]:
+    """Open the pool, migrate, and start the retention sweeper; leaving the context stops (cancels and
+    awaits) the sweeper, then closes the pool. `clock` is wall-clock unix seconds, injectable so tests
+    can age rows without sleeping. With postgres_pool_min_size=0 (default) this succeeds while Postgres
     is down and calls raise StorageUnavailable until it is back. Raises StorageUnavailable (pool with
     min_size > 0 cannot connect), MigrationError."""
     try:
@@ -564,12 +669,21 @@ async def open_postgres_stores(config: StorageConfig, *, rng: random.Random | No
     except _UNAVAILABLE as exc:
         raise StorageUnavailable(f"postgres unavailable: {exc!r}") from exc
     try:
-        db = _Database(pool, config, rng or random.Random())
+        db = _Database(pool, config, rng or random.Random(), clock)
         try:
             await db.ensure_schema()
         except StorageUnavailable as exc:
             _log.warning("postgres unavailable at start; migrating on first use: %s", exc)
-        yield Stores(PostgresResponseStore(db), PostgresConversationStore(db))
+        sweeper = asyncio.create_task(
+            sweep_periodically(db.sweep, interval_s=config.postgres_sweep_interval_s),
+            name=f"postgres-retention-sweep:{config.table_prefix}",
+        )
+        sweeper.add_done_callback(_log_sweeper_death)
+        try:
+            yield Stores(PostgresResponseStore(db), PostgresConversationStore(db))
+        finally:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
     finally:
         try:
             await asyncio.wait_for(pool.close(), timeout=config.connect_timeout_s + config.command_timeout_s)

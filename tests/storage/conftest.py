@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -22,6 +23,8 @@ import redis.asyncio as aioredis
 
 from storage import StorageConfig, Stores, open_stores
 from storage.config import BACKENDS
+from storage.memory import memory_stores
+from storage.postgres import open_postgres_stores
 
 PG_HOST, PG_PORT, REDIS_PORT = "127.0.0.1", 5432, 6379
 PG_URL = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/test"
@@ -142,6 +145,51 @@ def backend_config(request: pytest.FixtureRequest, backend: str, **overrides: ob
 async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
     async with open_stores(backend_config(request, request.param)) as opened:
         yield opened
+
+
+class FakeClock:
+    """A wall clock (unix seconds) that moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now_s = time.time()
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+# Short enough for Redis, whose TTLs run on the server's real clock; the fake clocks do not care.
+AGING_RETENTION_S = 1.5
+
+
+@dataclass(frozen=True)
+class Aging:
+    """Stores with a short retention and a way to let time pass: a fake clock for memory and postgres,
+    real sleeps for redis."""
+
+    stores: Stores
+    retention_s: float
+    advance: Callable[[float], Awaitable[None]]
+
+
+@pytest.fixture(params=BACKENDS)
+async def aging(request: pytest.FixtureRequest) -> AsyncIterator[Aging]:
+    config = backend_config(request, request.param, retention_s=AGING_RETENTION_S)
+    if request.param == "redis":
+        async with open_stores(config) as opened:
+            yield Aging(opened, config.retention_s, asyncio.sleep)
+        return
+    clock = FakeClock()
+
+    async def advance(seconds: float) -> None:
+        clock.now_s += seconds
+
+    if request.param == "memory":
+        yield Aging(
+            memory_stores(max_items=100, retention_s=config.retention_s, clock=clock), config.retention_s, advance
+        )
+    else:
+        async with open_postgres_stores(config, clock=clock) as opened:
+            yield Aging(opened, config.retention_s, advance)
 
 
 class TcpProxy:

@@ -36,6 +36,9 @@ def test_urls_are_kept_out_of_repr() -> None:
         ("table_prefix", "x" * 41),
         ("key_prefix", "a:b"),
         ("retention_s", 0),
+        ("retention_s", 4e9),  # over 100 years
+        ("retention_s", float("inf")),
+        ("postgres_sweep_interval_s", 0.0),
         ("connect_timeout_s", -1.0),
         ("command_timeout_s", 0.0),
         ("memory_max_items", 0),

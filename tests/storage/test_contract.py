@@ -1,6 +1,6 @@
 """The one behavioural contract of ResponseStore and ConversationStore, run against every backend
-(memory, and real Redis and Postgres). Backend-specific behaviour (eviction, TTLs, migrations, outages)
-lives in the per-backend test modules."""
+(memory, and real Redis and Postgres), retention included. Backend-specific behaviour (eviction, key TTLs,
+the Postgres sweeper, migrations, outages) lives in the per-backend test modules."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from storage import (
     ResponseRecord,
     Stores,
 )
+from tests.storage.conftest import Aging
 
 CREATED_AT = 1_700_000_000
 
@@ -449,3 +450,85 @@ async def test_bad_ids_and_bodies_are_invalid(stores: Stores, tenant: str) -> No
         await r.put(tenant, response("resp_1"), [msg("a"), msg("a")])
     with pytest.raises(NotFound):
         await r.get(tenant, "resp_1")
+
+
+# ---- retention -------------------------------------------------------------------------------------
+# Time moves in fractions of the retention, so one test runs on the fake clocks and on Redis' real one. An
+# entry written EARLY ago must still be there (1 - EARLY of the retention is the slack for a slow machine);
+# one last written EARLY + LATE ago must be gone.
+EARLY, LATE = 0.5, 0.6
+
+
+async def test_response_expires_after_retention_since_its_write(aging: Aging, tenant: str) -> None:
+    r = aging.stores.responses
+    await r.put(tenant, response("resp_1", output=[msg("o1")]), [msg("i1")])
+    await aging.advance(EARLY * aging.retention_s)
+    assert (await r.get(tenant, "resp_1")).id == "resp_1"  # reads do not extend the retention,
+    assert len((await r.list_input_items(tenant, "resp_1")).items) == 1
+    await r.put(tenant, response("resp_2", prev="resp_1"), [msg("i2")])  # nor does a child's write
+    await aging.advance(LATE * aging.retention_s)
+    for op in (
+        r.get(tenant, "resp_1"),
+        r.list_input_items(tenant, "resp_1"),
+        r.load_chain(tenant, "resp_1"),
+        r.delete(tenant, "resp_1"),
+        r.put(tenant, response("resp_3", prev="resp_1"), [msg("i3")]),
+    ):
+        with pytest.raises(NotFound):
+            await op
+    # A chain through the expired ancestor is broken, as if the ancestor had been deleted.
+    assert (await r.get(tenant, "resp_2")).previous_response_id == "resp_1"
+    with pytest.raises(NotFound, match="resp_1"):
+        await r.load_chain(tenant, "resp_2")
+    await r.put(tenant, response("resp_3", prev="resp_2"), [msg("i3")])
+    with pytest.raises(NotFound, match="resp_1"):
+        await r.load_chain(tenant, "resp_3")
+    # The expired id is free again. Its new holder is newer than resp_2, so resp_2's link stays broken.
+    await r.put(tenant, response("resp_1", output=[msg("o1b")]), [msg("i1b")])
+    assert [i.id for i in await r.load_chain(tenant, "resp_1")] == ["i1b", "o1b"]
+    with pytest.raises(NotFound, match="resp_1"):
+        await r.load_chain(tenant, "resp_2")
+
+
+async def test_conversation_expires_after_retention_since_its_last_write(aging: Aging, tenant: str) -> None:
+    c, r = aging.stores.conversations, aging.stores.responses
+    for cid in ("conv_idle", "conv_read", "conv_add", "conv_meta", "conv_resp", "conv_del"):
+        await c.create(tenant, Conversation(cid, CREATED_AT), [msg("a"), msg("b")])
+    await aging.advance(EARLY * aging.retention_s)
+    # Reads do not extend the retention; every kind of write does.
+    await c.get(tenant, "conv_read")
+    await c.list_items(tenant, "conv_read")
+    await c.get_item(tenant, "conv_read", "a")
+    await c.add_items(tenant, "conv_add", [msg("c")])
+    await c.update_metadata(tenant, "conv_meta", {"k": "v"})
+    await r.put(tenant, response("resp_1", conv="conv_resp", output=[msg("o")]), [msg("i")])
+    await c.delete_item(tenant, "conv_del", "a")
+    await aging.advance(LATE * aging.retention_s)
+    for cid in ("conv_idle", "conv_read"):
+        for op in (
+            c.get(tenant, cid),
+            c.list_items(tenant, cid),
+            c.get_item(tenant, cid, "a"),
+            c.add_items(tenant, cid, [msg("z")]),
+            c.update_metadata(tenant, cid, {"k": "v"}),
+            c.delete_item(tenant, cid, "b"),
+            c.delete(tenant, cid),
+            r.put(tenant, response(f"resp_{cid}", conv=cid), [msg("z")]),
+            r.get(tenant, f"resp_{cid}"),
+        ):
+            with pytest.raises(NotFound):
+                await op
+
+    async def ids(cid: str) -> list[str]:
+        return [i.id for i in (await c.list_items(tenant, cid, order="asc")).items]
+
+    assert await ids("conv_add") == ["a", "b", "c"]
+    assert await ids("conv_meta") == ["a", "b"]
+    assert (await c.get(tenant, "conv_meta")).metadata == {"k": "v"}
+    assert await ids("conv_resp") == ["a", "b", "i", "o"]
+    assert await ids("conv_del") == ["b"]
+    # An expired id is free again, without a trace of its old items.
+    await c.create(tenant, Conversation("conv_idle", CREATED_AT, {"new": "1"}))
+    assert await ids("conv_idle") == []
+    with pytest.raises(NotFound, match="item"):
+        await c.get_item(tenant, "conv_idle", "a")

@@ -1,5 +1,5 @@
 """Postgres backend specifics: migrations (concurrent, incremental, tamper-evident), transient-error
-retries, fast failure, and recovery after outages and killed connections."""
+retries, fast failure, recovery after outages and killed connections, and the retention sweeper."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,13 @@ from storage import (
     ResponseRecord,
     StorageConfig,
     StorageUnavailable,
+    Stores,
     open_stores,
 )
-from storage.migrate import MIGRATIONS_DIR, load_migrations, migrate
-from storage.postgres import MAX_ATTEMPTS, retry_transient
+from storage.migrate import MIGRATIONS_DIR, load_migrations, lock_key, migrate
+from storage.postgres import MAX_ATTEMPTS, open_postgres_stores, retry_transient, swept_tables
+from storage.sweeper import sweep_expired, sweep_if_free, sweep_periodically
+from tests.storage.conftest import FakeClock
 
 ProxyFactory = Callable[..., Awaitable[Any]]
 OUTAGE_TIMEOUT_S = 1.0
@@ -81,16 +85,19 @@ async def test_nodes_opening_together_share_one_schema(postgres_url: str, fresh_
 async def test_new_migration_is_applied_incrementally(
     postgres_url: str, fresh_table_prefix: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "0001_initial.sql").write_text((MIGRATIONS_DIR / "0001_initial.sql").read_text())
+    shipped = [m.version for m in load_migrations()]
+    for path in MIGRATIONS_DIR.glob("*.sql"):
+        (tmp_path / path.name).write_text(path.read_text())
     conn = await asyncpg.connect(postgres_url)
     try:
-        assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == [1]
-        (tmp_path / "0002_index.sql").write_text(
+        assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == shipped
+        nxt = len(shipped) + 1
+        (tmp_path / f"{nxt:04d}_index.sql").write_text(
             "CREATE INDEX {prefix}responses_created ON {prefix}responses (created_at);"
         )
-        assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == [2]
+        assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == [nxt]
         assert await migrate(conn, fresh_table_prefix, timeout_s=30, migrations=load_migrations(tmp_path)) == []
-        # A node still shipping only 0001 keeps working against the newer schema.
+        # A node still shipping fewer migrations keeps working against the newer schema.
         assert await migrate(conn, fresh_table_prefix, timeout_s=30) == []
     finally:
         await conn.close()
@@ -208,3 +215,167 @@ async def test_terminated_backends_are_replaced(postgres_url: str, table_prefix:
         await asyncio.sleep(0.1)  # let the client notice the closed sockets
         for _ in range(4):  # every pooled connection was killed; each call still succeeds
             assert (await s.responses.get(tenant, "resp_1")).id == "resp_1"
+
+
+# ---- retention -------------------------------------------------------------------------------------
+# Visibility of expired entries is in the shared contract (test_contract.py); here: the sweeper.
+RETENTION_S = 10.0
+
+
+async def row_counts(url: str, table_prefix: str) -> dict[str, int]:
+    conn = await asyncpg.connect(url)
+    try:
+        counts: dict[str, int] = {}
+        for table in swept_tables(table_prefix):
+            for name in (table.owners, table.children):
+                counts[name.removeprefix(table_prefix)] = await conn.fetchval(f"SELECT count(*) FROM {name}")
+        return counts
+    finally:
+        await conn.close()
+
+
+def at(clock: FakeClock) -> datetime:
+    return datetime.fromtimestamp(clock(), UTC)
+
+
+async def write_old_and_new(s: Stores, clock: FakeClock, tenant: str) -> None:
+    """Old: 5 responses with 3 inputs, conversations conv_old_0/1 with 40 items. New (written
+    RETENTION_S * 0.6 later, when conv_old_1 gets one more item): 2 responses with 2 inputs, conv_new with
+    3 items. The clock ends RETENTION_S * 1.2 after the start: the old entries except conv_old_1 expired."""
+    for n in range(5):
+        await s.responses.put(tenant, ResponseRecord(f"resp_old_{n}", 0, {}), [msg(f"o{n}_{i}") for i in range(3)])
+    for cid in ("conv_old_0", "conv_old_1"):
+        await s.conversations.create(tenant, Conversation(cid, 0), [msg(f"a{i}") for i in range(20)])
+        await s.conversations.add_items(tenant, cid, [msg(f"b{i}") for i in range(20)])
+    clock.now_s += RETENTION_S * 0.6
+    await s.conversations.add_items(tenant, "conv_old_1", [msg("c")])
+    await s.responses.put(tenant, ResponseRecord("resp_new_0", 0, {}), [msg("n0"), msg("n1")])
+    await s.responses.put(
+        tenant, ResponseRecord("resp_new_1", 0, {}, previous_response_id="resp_new_0"), [msg("n2"), msg("n3")]
+    )
+    await s.conversations.create(tenant, Conversation("conv_new", 0), [msg("x"), msg("y"), msg("z")])
+    clock.now_s += RETENTION_S * 0.6
+
+
+BEFORE_SWEEP = {"responses": 7, "response_input_items": 19, "conversations": 3, "conversation_items": 84}
+AFTER_SWEEP = {"responses": 2, "response_input_items": 4, "conversations": 2, "conversation_items": 44}
+SWEPT_ROWS = sum(BEFORE_SWEEP.values()) - sum(AFTER_SWEEP.values())
+
+
+async def test_sweep_deletes_expired_rows_in_batches_and_keeps_live_ones(
+    postgres_url: str, fresh_table_prefix: str, tenant: str
+) -> None:
+    clock = FakeClock()
+    config = pg_config(postgres_url, fresh_table_prefix, retention_s=RETENTION_S)
+    async with open_postgres_stores(config, clock=clock) as s:
+        await write_old_and_new(s, clock, tenant)
+        assert await row_counts(postgres_url, fresh_table_prefix) == BEFORE_SWEEP  # hidden, not yet deleted
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            tables = swept_tables(fresh_table_prefix)
+            # Batches of 3 rows: many rounds, and a 40-item conversation spans 14 item batches.
+            assert await sweep_expired(conn, tables, now=at(clock), batch_rows=3) == SWEPT_ROWS
+            assert await row_counts(postgres_url, fresh_table_prefix) == AFTER_SWEEP
+            assert await sweep_expired(conn, tables, now=at(clock), batch_rows=3) == 0
+        finally:
+            await conn.close()
+        assert [i.id for i in await s.responses.load_chain(tenant, "resp_new_1")] == ["n0", "n1", "n2", "n3"]
+        page = await s.conversations.list_items(tenant, "conv_old_1", limit=100, order="asc")
+        assert [i.id for i in page.items] == [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)] + ["c"]
+        assert len((await s.conversations.list_items(tenant, "conv_new")).items) == 3
+
+
+async def test_concurrent_sweepers_delete_each_row_once(
+    postgres_url: str, fresh_table_prefix: str, tenant: str
+) -> None:
+    clock = FakeClock()
+    config = pg_config(postgres_url, fresh_table_prefix, retention_s=RETENTION_S)
+    async with open_postgres_stores(config, clock=clock) as s:
+        await write_old_and_new(s, clock, tenant)
+    conns = await asyncio.gather(*(asyncpg.connect(postgres_url) for _ in range(4)))
+    try:
+        tables = swept_tables(fresh_table_prefix)
+        # Without the advisory lock, as if every node swept at the same moment.
+        deleted = await asyncio.gather(*(sweep_expired(c, tables, now=at(clock), batch_rows=3) for c in conns))
+        assert sum(deleted) == SWEPT_ROWS
+        assert await row_counts(postgres_url, fresh_table_prefix) == AFTER_SWEEP
+    finally:
+        await asyncio.gather(*(c.close() for c in conns))
+
+
+async def test_only_one_node_sweeps_at_a_time(postgres_url: str, fresh_table_prefix: str, tenant: str) -> None:
+    clock = FakeClock()
+    config = pg_config(postgres_url, fresh_table_prefix, retention_s=RETENTION_S)
+    async with open_postgres_stores(config, clock=clock) as s:
+        await write_old_and_new(s, clock, tenant)
+    key = lock_key(fresh_table_prefix, "retention-sweep")
+    holder, sweeper = await asyncio.gather(asyncpg.connect(postgres_url), asyncpg.connect(postgres_url))
+    try:
+        tables = swept_tables(fresh_table_prefix)
+        await holder.execute("SELECT pg_advisory_lock($1)", key)
+        assert await sweep_if_free(sweeper, tables, lock_key=key, now=at(clock)) is None
+        assert await row_counts(postgres_url, fresh_table_prefix) == BEFORE_SWEEP
+        await holder.execute("SELECT pg_advisory_unlock($1)", key)
+        assert await sweep_if_free(sweeper, tables, lock_key=key, now=at(clock)) == SWEPT_ROWS
+        # Released after the sweep: another session can take it.
+        assert await holder.fetchval("SELECT pg_try_advisory_lock($1)", key)
+    finally:
+        await asyncio.gather(holder.close(), sweeper.close())
+
+
+async def test_store_sweeps_in_the_background_until_closed(
+    postgres_url: str, fresh_table_prefix: str, tenant: str
+) -> None:
+    clock = FakeClock()
+    config = pg_config(postgres_url, fresh_table_prefix, retention_s=RETENTION_S, postgres_sweep_interval_s=0.05)
+    async with open_postgres_stores(config, clock=clock) as s:
+        await write_old_and_new(s, clock, tenant)
+        deadline = time.monotonic() + 10
+        while await row_counts(postgres_url, fresh_table_prefix) != AFTER_SWEEP:
+            assert time.monotonic() < deadline, "the background sweeper did not delete the expired rows"
+            await asyncio.sleep(0.05)
+        task_name = f"postgres-retention-sweep:{fresh_table_prefix}"
+        assert any(t.get_name() == task_name for t in asyncio.all_tasks())
+    assert not any(t.get_name() == task_name for t in asyncio.all_tasks())
+
+
+async def test_sweeper_outlives_failed_sweeps() -> None:
+    outcomes: list[int | Exception] = [StorageUnavailable("down"), StorageUnavailable("down"), 3]
+    done = asyncio.Event()
+
+    async def sweep() -> int | None:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        done.set()
+        return outcome
+
+    task = asyncio.create_task(sweep_periodically(sweep, interval_s=0.01))
+    try:
+        await asyncio.wait_for(done.wait(), timeout=5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert outcomes == []
+
+
+async def test_rows_written_before_retention_existed_are_kept(
+    postgres_url: str, fresh_table_prefix: str, tenant: str
+) -> None:
+    """Rows inserted without expires_at (before migration 0002, or by an older node during a rolling
+    upgrade) were stored as "kept until deleted" and stay so."""
+    clock = FakeClock()
+    config = pg_config(postgres_url, fresh_table_prefix, retention_s=RETENTION_S)
+    async with open_postgres_stores(config, clock=clock) as s:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute(
+                f"INSERT INTO {fresh_table_prefix}responses (tenant, id, created_at, body, output)"
+                " VALUES ($1, 'resp_legacy', 0, '{}', '[]')",
+                tenant,
+            )
+            clock.now_s += 50 * 365 * 24 * 3600.0
+            assert await sweep_expired(conn, swept_tables(fresh_table_prefix), now=at(clock)) == 0
+        finally:
+            await conn.close()
+        assert (await s.responses.get(tenant, "resp_legacy")).id == "resp_legacy"
