@@ -70,9 +70,11 @@ async def run_node(
             bind_http = f"{config.http.host}:{config.http.port}"
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
         routing = config.routing
-        kv_index = KvIndex(routing.kv_index_max_blocks) if routing.policy == "cache_aware" else None
+        roles = ("regular", "prefill", "decode")
+        cache_aware = any(routing.policy_for(role) == "cache_aware" for role in roles)
+        kv_index = KvIndex(routing.kv_index_max_blocks) if cache_aware else None
         hints = None
-        if mesh is not None and routing.policy == "cache_aware":
+        if mesh is not None and cache_aware:
             hints = AffinityHints(
                 routing.page_size_tokens,
                 ttl_s=routing.affinity_hint_ttl_s,
@@ -86,6 +88,11 @@ async def run_node(
             on_hints=hints.receive if hints is not None else lambda _msg: None,
         )
         policy = make_policy(routing.policy, routing, kv_index=kv_index, hints=hints)
+        # Prefill and decode pools get policies of their own (their state is theirs: trees, rings, credit).
+        role_policies = {
+            role: make_policy(routing.policy_for(role), routing, kv_index=kv_index, hints=hints)
+            for role in ("prefill", "decode")
+        }
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory,
@@ -93,6 +100,7 @@ async def run_node(
             supervisor=supervisor,
             kv_index=kv_index,
             board=shared.board,
+            role_policies=role_policies,
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))

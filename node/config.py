@@ -75,6 +75,22 @@ class WorkerPoolConfig:
         default=(),
         metadata={"help": "gRPC worker URL, grpc://host:port", "flag": "--worker", "metavar": "URL"},
     )
+    prefill_workers: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "prefill worker of a disaggregated pool (kv_producer), grpc://host:port",
+            "flag": "--prefill-worker",
+            "metavar": "URL",
+        },
+    )
+    decode_workers: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "decode worker of a disaggregated pool (kv_consumer), grpc://host:port",
+            "flag": "--decode-worker",
+            "metavar": "URL",
+        },
+    )
     health_interval_s: float = field(default=2.0, metadata={"help": "seconds between worker health checks"})
     health_timeout_s: float = field(default=2.0, metadata={"help": "a health check slower than this fails"})
     health_failures_to_unhealthy: int = field(
@@ -90,7 +106,7 @@ class WorkerPoolConfig:
     abort_timeout_s: float = field(default=2.0, metadata={"help": "deadline of an Abort RPC to a worker"})
 
     def __post_init__(self) -> None:
-        for url in self.workers:
+        for url in (*self.workers, *self.prefill_workers, *self.decode_workers):
             parse_worker_url(url)
         _positive("health_interval_s", self.health_interval_s)
         _positive("health_timeout_s", self.health_timeout_s)

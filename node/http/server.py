@@ -87,13 +87,15 @@ def build_app(
 
     async def readiness(request: web.Request) -> web.Response:
         healthy = pool.healthy()
+        ready = pool.can_serve()
         body = {
-            "status": "ready" if healthy else "not ready",
+            "status": "ready" if ready else "not ready",
             "policy": pool.policy_name,
             "healthy_workers": len(healthy),
             "workers": [
                 {
                     "url": w.url,
+                    "role": w.role,
                     "healthy": w.healthy,
                     "in_flight": w.in_flight,
                     "load": w.load,  # msgspec encodes the dataclass (or null before the first report)
@@ -103,7 +105,7 @@ def build_app(
                 for w in pool.workers
             ],
         }
-        return _json(body, status=200 if healthy else 503)
+        return _json(body, status=200 if ready else 503)
 
     app.router.add_post("/v1/chat/completions", chat.handle)
     app.router.add_post("/v1/completions", completions.handle)

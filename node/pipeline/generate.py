@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from node.errors import WorkerFailed
 from node.pipeline.detokenize import IncrementalDetokenizer
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 # A worker that cannot be reached before it produced anything is retried on another one, this many times.
 MAX_CONNECT_ATTEMPTS = 2
+#: What a prefill request asks of the engine's KV connector (vLLM's NIXL convention): keep the KV for a
+#: remote decode. The engine's answer names where it is; that goes verbatim to the decode worker.
+PREFILL_KV_TRANSFER = '{"do_remote_decode": true, "do_remote_prefill": false}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,17 +131,31 @@ class Generation:
         # logprobs/ids to the text they produced; otherwise whole chunks are detokenized at once.
         self._per_token = bool(spec.stops) or spec.params.logprobs is not None or spec.want_token_ids
         self.worker_url: str | None = None
+        self.prefill_url: str | None = None  # the prefill worker, in PD disaggregation
 
     async def deltas(self) -> AsyncGenerator[list[TextDelta], None]:
         """Yield lists of deltas as the worker produces tokens. Raises NoHealthyWorker, WorkerFailed."""
         route = RouteRequest(prompt_ids=self._spec.prompt_ids, routing_key=self._spec.routing_key)
         for attempt in range(1, MAX_CONNECT_ATTEMPTS + 1):
-            worker = self._pool.select(route)
+            kv_transfer: str | None = None
+            if self._pool.disaggregated():
+                prefill = self._pool.select(route, role="prefill")
+                self.prefill_url = prefill.url
+                try:
+                    kv_transfer = await self._prefill_on(prefill)
+                except WorkerFailed as exc:
+                    if attempt == MAX_CONNECT_ATTEMPTS:
+                        raise
+                    self._pool.report_failure(prefill, exc)
+                    continue
+                worker = self._pool.select(route, role="decode")
+            else:
+                worker = self._pool.select(route)
             self.worker_url = worker.url
             received = False
             try:
                 # aclosing: when our consumer leaves, the worker stream is closed (and aborted) now, not at GC.
-                async with contextlib.aclosing(self._run_on(worker)) as batches:
+                async with contextlib.aclosing(self._run_on(worker, kv_transfer)) as batches:
                     async for batch in batches:
                         received = True
                         yield batch
@@ -149,12 +166,47 @@ class Generation:
                 self._pool.report_failure(worker, exc)
                 log.info("request %s: retrying on another worker: %s", self._spec.request_id, exc.message)
 
-    async def _run_on(self, worker: Worker) -> AsyncGenerator[list[TextDelta], None]:
+    async def _prefill_on(self, worker: Worker) -> str:
+        """PD disaggregation, step one: run the prompt's prefill on ``worker`` (one token, not streamed) and
+        return the kv_transfer_params_json its GenerateComplete hands to the decode worker."""
+        request = WorkerRequest(
+            request_id=f"{self._spec.request_id}-prefill",
+            prompt_ids=self._spec.prompt_ids,
+            params=replace(
+                self._spec.params, max_tokens=1, min_tokens=0, n=1, logprobs=None, stop_token_ids=(), ignore_eos=True
+            ),
+            stream=False,
+            kv_transfer_params_json=PREFILL_KV_TRANSFER,
+        )
+        handed: str | None = None
+        finished = False
+        worker.in_flight += 1
+        stream = worker.client.generate(request)
+        try:
+            async for out in stream:
+                self.usage.cached_tokens = max(self.usage.cached_tokens, out.cached_tokens)
+                if out.kv_transfer_params_json:
+                    handed = out.kv_transfer_params_json
+            finished = True
+        except WorkerFailed:
+            finished = True  # nothing to abort on a worker that failed
+            raise
+        finally:
+            await stream.aclose()
+            worker.in_flight -= 1
+            if not finished:  # our consumer left during the prefill
+                self._pool.abort_soon(worker, request.request_id)
+        if handed is None:
+            raise WorkerFailed(f"prefill worker {worker.url} returned no kv_transfer_params")
+        return handed
+
+    async def _run_on(self, worker: Worker, kv_transfer: str | None = None) -> AsyncGenerator[list[TextDelta], None]:
         request = WorkerRequest(
             request_id=self._spec.request_id,
             prompt_ids=self._spec.prompt_ids,
             params=self._spec.params,
             stream=self._worker_streams,
+            kv_transfer_params_json=kv_transfer,
         )
         worker.in_flight += 1
         worker_done = False

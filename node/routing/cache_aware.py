@@ -104,8 +104,8 @@ class CacheAware:
     def on_workers_changed(self, urls: Sequence[str]) -> None:
         self._tree.retain(urls)
         self._credit.retain(urls)
-        if self._hints is not None:
-            self._hints.retain(urls)
+        # Hints are not pruned here: several policies (per role) share them, a hint naming a removed worker
+        # matches no candidate, and every hint ages out.
 
     def _hashes(self, request: RouteRequest) -> BlockHashes:
         if self._last is not None and self._last[0] is request:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Literal
+from typing import Literal, get_args
 
 PolicyName = Literal[
     "round_robin",
@@ -32,6 +32,12 @@ def _check(ok: bool, key: str, message: str) -> None:
 @dataclass(frozen=True, slots=True)
 class RoutingConfig:
     policy: PolicyName = field(default="round_robin", metadata={"help": "how a worker is chosen per request"})
+    prefill_policy: str = field(
+        default="", metadata={"help": "policy of the prefill pool in PD disaggregation (empty: --policy)"}
+    )
+    decode_policy: str = field(
+        default="", metadata={"help": "policy of the decode pool in PD disaggregation (empty: --policy)"}
+    )
     seed: int | None = field(
         default=None,
         metadata={"help": "seed of the routing random generator (random, power_of_two, ties); empty: OS entropy"},
@@ -147,7 +153,19 @@ class RoutingConfig:
         },
     )
 
+    def policy_for(self, role: str) -> str:
+        """The policy name of the pool of ``role`` (regular, prefill, decode)."""
+        chosen = {"prefill": self.prefill_policy, "decode": self.decode_policy}.get(role, "")
+        return chosen or self.policy
+
     def __post_init__(self) -> None:
+        for name in ("prefill_policy", "decode_policy"):
+            value = getattr(self, name)
+            _check(
+                not value or value in get_args(PolicyName),
+                name,
+                f"must be empty or one of {', '.join(get_args(PolicyName))}",
+            )
         _check(bool(self.routing_key_header.strip()), "routing_key_header", "must not be empty")
         _check(self.load_stale_after_s > 0, "load_stale_after_s", "must be > 0")
         _check(0.0 <= self.cache_threshold <= 1.0, "cache_threshold", "must be within [0, 1]")

@@ -142,6 +142,8 @@ class SimEngine:
         self._cached_tokens_admitted = 0
         self.completed_requests = 0
         self.cancelled_requests = 0
+        #: kv_transfer_params of the requests handed a remote prefill (decode role), in arrival order.
+        self.remote_prefills: list[Mapping[str, object]] = []
 
     # ----- what tests and the servicer read -----
 
@@ -394,7 +396,10 @@ class SimEngine:
             cached = admission.cached_tokens
             self._prompt_tokens_admitted += len(prompt)
             self._cached_tokens_admitted += cached
-            uncached = 0 if self._remote_prefill(spec) else len(prompt) - cached
+            remote = self._remote_prefill(spec)
+            if remote and spec.kv_transfer_params is not None:
+                self.remote_prefills.append(spec.kv_transfer_params)
+            uncached = 0 if remote else len(prompt) - cached
             room = max(1, self._model.max_context_length - len(prompt))
             max_tokens = room if spec.sampling.max_tokens is None else min(room, spec.sampling.max_tokens)
             stream = TokenStream(

@@ -79,9 +79,12 @@ class WorkerPool:
         supervisor: Supervisor,
         kv_index: KvIndex | None = None,
         board: HealthBoard | None = None,
+        role_policies: Mapping[str, RoutingPolicy] | None = None,
     ) -> None:
+        """``policy`` routes regular workers, and any role without its own entry in ``role_policies``."""
         self._config = config
         self._policy = policy
+        self._role_policies = dict(role_policies or {})
         self._supervisor = supervisor
         self._kv_index = kv_index
         self._board = board
@@ -89,7 +92,10 @@ class WorkerPool:
         self._workers: dict[str, Worker] = {}
         self._started = False
         self._model_info_ready = asyncio.Event()
-        self.sync({spec.id: spec for spec in (WorkerSpec(url=url) for url in config.workers)})
+        specs = [WorkerSpec(url=url) for url in config.workers]
+        specs += [WorkerSpec(url=url, role="prefill") for url in config.prefill_workers]
+        specs += [WorkerSpec(url=url, role="decode") for url in config.decode_workers]
+        self.sync({spec.id: spec for spec in specs})
 
     @property
     def workers(self) -> Sequence[Worker]:
@@ -145,11 +151,27 @@ class WorkerPool:
                 log.info("worker %s (%s) added", spec.url, wid)
             changed = True
         if changed and self._started:
-            self._policy.on_workers_changed([w.url for w in self._workers.values()])
+            self._tell_policies()
+
+    def _policy_of(self, role: str) -> RoutingPolicy:
+        return self._role_policies.get(role, self._policy)
+
+    def _tell_policies(self) -> None:
+        self._policy.on_workers_changed([w.url for w in self._workers.values()])
+        for role, policy in self._role_policies.items():
+            policy.on_workers_changed([w.url for w in self._workers.values() if w.role == role])
+
+    def can_serve(self) -> bool:
+        """Some request could be routed now: a regular worker, or a prefill and a decode worker."""
+        return bool(self.healthy()) or self.disaggregated()
+
+    def disaggregated(self) -> bool:
+        """Prefill/decode mode: at least one prefill and one decode worker are in rotation."""
+        return bool(self.healthy("prefill")) and bool(self.healthy("decode"))
 
     def start(self) -> None:
         self._started = True
-        self._policy.on_workers_changed([w.url for w in self._workers.values()])
+        self._tell_policies()
         for worker in self._workers.values():
             self._watch(worker)
 
@@ -168,10 +190,12 @@ class WorkerPool:
         none is in rotation. Synchronous on purpose: select and on_routed happen with no await in between."""
         candidates = self.healthy(role)
         if not candidates:
-            raise NoHealthyWorker("no healthy worker is available to serve this request; try again later")
+            what = "worker" if role == "regular" else f"{role} worker"
+            raise NoHealthyWorker(f"no healthy {what} is available to serve this request; try again later")
         stamped = replace(request, now_s=asyncio.get_running_loop().time())
-        chosen = self._policy.select(candidates, stamped)
-        self._policy.on_routed(chosen, stamped)
+        policy = self._policy_of(role)
+        chosen = policy.select(candidates, stamped)
+        policy.on_routed(chosen, stamped)
         return chosen
 
     def report_failure(self, worker: Worker, error: WorkerFailed) -> None:
