@@ -159,6 +159,7 @@ class Node:
     http_port: int
     join: tuple[str, ...] = ()
     key_file: Path | None = None
+    tls: tuple[Path, Path, Path] | None = None  # certificate, key, CA: --mesh-tls-cert/-key/-ca
     prefix: tuple[str, ...] = ()  # e.g. nsenter --net=... to start it in another network namespace
     extra: tuple[str, ...] = ()  # more `serve` flags, e.g. ("--health-interval-s", "0.5")
     proc: subprocess.Popen[bytes] | None = None
@@ -186,6 +187,9 @@ class Node:
             args += ["--join", peer]
         if self.key_file is not None:
             args += ["--mesh-key-file", str(self.key_file)]
+        if self.tls is not None:
+            cert, key, ca = self.tls
+            args += ["--mesh-tls-cert", str(cert), "--mesh-tls-key", str(key), "--mesh-tls-ca", str(ca)]
         return args
 
 

@@ -1,11 +1,11 @@
 """Network namespaces and nftables for real partitions on one machine (see shared/MESH-NOTES.md).
 
 Drops go in the **input** hook (an output-hook drop makes sendto fail with EPERM, which is not a silent
-loss). Why two namespaces rather than one: on loopback a mesh member's outgoing TCP connections (join,
-push-pull, fallback probes) are not bound to its mesh address, so every one of them leaves from 127.0.0.1
-whoever opens it; per-source rules in one namespace can cut UDP between two groups but not TCP, and the TCP
-fallback probe would hide the partition. With each group in its own namespace, joined by a veth pair, a
-connection's source address tells the side it comes from.
+loss). Why two namespaces rather than one: per-source rules in one namespace cut TCP between two groups
+only if every outgoing connection leaves from its member's mesh address (members bind their streams to a
+specific bind address, not to a wildcard one), and a TCP fallback probe that slipped through would hide the
+partition. With each group in its own namespace, joined by a veth pair, a packet's side is fixed by where
+its sender runs, whatever source address it chose.
 
 Everything here runs inside `unshare -rn` (a user namespace makes us root in it, also when unprivileged).
 """

@@ -11,6 +11,7 @@ from mesh.errors import (
     MeshError,
     MeshStateError,
     RemoteProtocolError,
+    TlsError,
     TransportError,
 )
 from mesh.keyring import Keyring
@@ -39,5 +40,6 @@ __all__ = [
     "NullEvents",
     "RemoteProtocolError",
     "Swim",
+    "TlsError",
     "TransportError",
 ]

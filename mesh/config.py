@@ -82,6 +82,15 @@ class MeshConfig:
         default="", metadata=_help("file of base64 AES keys, primary first; empty: no encryption")
     )
 
+    # -- mutual TLS for TCP streams (all three or none) --
+    tls_cert_file: str = field(
+        default="", metadata=_help("PEM certificate (chain) this member presents on TCP streams; empty: no TLS")
+    )
+    tls_key_file: str = field(default="", metadata=_help("unencrypted PEM private key of tls_cert_file"))
+    tls_ca_file: str = field(
+        default="", metadata=_help("PEM cluster CA: peers' certificates must chain to it (host names unchecked)")
+    )
+
     def __post_init__(self) -> None:
         positive = (
             "probe_interval_s",
@@ -121,6 +130,16 @@ class MeshConfig:
         for name in ("bind_port", "advertise_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ValueError(f"{name}: must be a port in 0..65535, got {getattr(self, name)!r}")
+        tls = {"tls_cert_file": self.tls_cert_file, "tls_key_file": self.tls_key_file, "tls_ca_file": self.tls_ca_file}
+        missing = [name for name, path in tls.items() if not path]
+        if missing and len(missing) < len(tls):
+            given = ", ".join(name for name in tls if name not in missing)
+            raise ValueError(f"{', '.join(missing)}: required with {given} (set all three TLS files or none)")
+
+    @property
+    def tls_enabled(self) -> bool:
+        """TCP streams use mutual TLS (all three tls_* files are set)."""
+        return bool(self.tls_cert_file)
 
     # -- profiles --
 

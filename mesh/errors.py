@@ -26,6 +26,10 @@ class KeyringError(MeshError):
     """A key or key file is invalid (wrong length, bad base64), or a rotation step is not allowed."""
 
 
+class TlsError(MeshError):
+    """A TLS certificate, private key or CA file is unreadable or invalid (checked when the mesh starts)."""
+
+
 class TransportError(MeshError):
     """A socket operation failed (connect refused or timed out, peer closed early, bind failed)."""
 

@@ -3,6 +3,8 @@
 Counters only grow (except the member gauges and the health score); an exporter turns a snapshot into
 Prometheus series. ``malformed_packets`` counts every inbound packet or frame dropped as undecodable,
 oversized or of the wrong version; ``decrypt_failures`` the ones no key authenticated.
+``tls_handshake_failures`` is the asyncio shell's (TLS lives in the transport, not the core): streams
+whose mutual TLS failed, inbound (no certificate, or one the cluster CA did not sign) and outbound.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class MeshMetrics:
     streams_failed: int
     push_pulls: int
     relays_dropped: int
+    tls_handshake_failures: int = 0
 
     @classmethod
     def build(cls, counters: Counters, by_state: tuple[int, int, int, int], health_score: int) -> MeshMetrics:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Sequence
@@ -28,11 +29,10 @@ from mesh.keyring import Keyring
 from mesh.member import Member, NodeMeta, check_addr
 from mesh.metrics import MeshMetrics
 from mesh.swim import Swim
-from mesh.transport import AsyncioTransport, Transport, join_addr
+from mesh.tls import TlsContexts
+from mesh.transport import WILDCARD_HOSTS, AsyncioTransport, Transport, join_addr
 
 log = logging.getLogger(__name__)
-
-_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 
 class Mesh:
@@ -75,7 +75,7 @@ class Mesh:
         await self.shutdown()
 
     async def start(self) -> None:
-        """Bind the sockets and start probing. Raises TransportError, KeyringError, MeshStateError."""
+        """Bind the sockets and start probing. Raises TransportError, KeyringError, TlsError, MeshStateError."""
         if self._swim is not None:
             raise MeshStateError("mesh already started")
         config = self.config
@@ -83,8 +83,13 @@ class Mesh:
         if keyring is None and config.keyring_file:
             keyring = Keyring.load(config.keyring_file)
         host = config.advertise_addr or config.bind_addr
-        if host in _WILDCARDS:
+        if host in WILDCARD_HOSTS:
             raise MeshStateError("advertise_addr is required when bind_addr is a wildcard address")
+        tls = None
+        if config.tls_enabled:
+            tls = TlsContexts.load(config.tls_cert_file, config.tls_key_file, config.tls_ca_file)
+            if keyring is None:
+                log.warning("mesh: TLS protects TCP streams only; UDP gossip stays unencrypted without a keyring")
         loop = asyncio.get_running_loop()
         transport = await AsyncioTransport.bind(
             config.bind_addr,
@@ -92,6 +97,7 @@ class Mesh:
             on_packet=self._on_packet,
             on_stream=self._on_stream,
             stream_timeout_s=config.tcp_timeout_s,
+            tls=tls,
         )
         addr = join_addr(host, config.advertise_port or transport.port)
         self._transport = transport
@@ -146,7 +152,9 @@ class Mesh:
         return self._core.members()
 
     def metrics(self) -> MeshMetrics:
-        return self._core.metrics()
+        metrics = self._core.metrics()
+        assert self._transport is not None  # _core checked it
+        return dataclasses.replace(metrics, tls_handshake_failures=self._transport.tls_handshake_failures)
 
     def update_meta(self, meta: NodeMeta) -> None:
         self._core.update_meta(self._now(), meta)

@@ -3,6 +3,10 @@
 Packets are best effort (``send_packet`` never raises); a stream is one request frame and one reply frame
 per connection (join, push-pull, fallback ping). Socket errors are mapped to TransportError here, once.
 Addresses are "host:port" strings with literal IPs ("[::1]:7946" for IPv6), never names to resolve.
+
+With TLS contexts (mesh/tls.py) every stream is mutual TLS, both ways; a failed handshake is counted and
+logged, never raised past the listener. Outgoing streams leave from the bind address when it is a specific
+one, so peers see the address we advertise (several members on 127.0.0.x of one host).
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import errno
 import functools
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Protocol
 
 from mesh.codec import frame_length
 from mesh.errors import DecodeError, TransportError
 from mesh.limits import STREAM_HEADER_BYTES
+from mesh.tls import TlsContexts, on_handshake_failure
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +34,9 @@ StreamCallback = Callable[[bytes, str], "bytes | None"]
 
 #: Attempts to find a port free for both UDP and TCP when binding port 0.
 _BIND_ATTEMPTS = 16
+
+#: Bind addresses that mean "every interface": outgoing streams from these leave from any address.
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -53,6 +62,11 @@ class Transport(Protocol):
         """Send one frame over a new stream and return the reply frame. Raises TransportError."""
         ...
 
+    @property
+    def tls_handshake_failures(self) -> int:
+        """TLS handshakes that failed, inbound and outbound (0 without TLS)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -68,24 +82,91 @@ class _Datagrams(asyncio.DatagramProtocol):
         log.debug("udp error: %s", exc)
 
 
+class _Streams:
+    """The inbound side of streams: one owned task per connection, one frame in and one reply out within
+    ``timeout_s``; over mutual TLS when given a server context, the handshake bounded by ``timeout_s`` too."""
+
+    def __init__(self, on_stream: StreamCallback, timeout_s: float, tls: ssl.SSLContext | None) -> None:
+        self.handlers: set[asyncio.Task[None]] = set()
+        self.tls_failures = 0
+        self._on_stream = on_stream
+        self._timeout_s = timeout_s
+        self._tls = tls
+        if tls is not None:
+            on_handshake_failure(tls, self._tls_failed)
+
+    async def listen(self, host: str, port: int) -> asyncio.Server:
+        """Raises OSError."""
+        if self._tls is None:
+            return await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        return await asyncio.start_server(
+            self._serve,
+            host,
+            port,
+            reuse_address=True,
+            ssl=self._tls,
+            ssl_handshake_timeout=self._timeout_s,
+            ssl_shutdown_timeout=self._timeout_s,
+        )
+
+    def _tls_failed(self, exc: ssl.SSLError) -> None:
+        # The event loop's TLS layer drops the connection itself; the handler never runs.
+        self.tls_failures += 1
+        log.info("mesh: inbound TLS handshake refused: %s", _reason(exc))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        peer = _peer(writer.get_extra_info("peername"))
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                header = await reader.readexactly(STREAM_HEADER_BYTES)
+                try:
+                    frame = header + await reader.readexactly(frame_length(header))
+                except DecodeError:
+                    frame = header  # let the core count it as malformed
+                reply = self._on_stream(frame, peer)
+                if reply is not None:
+                    writer.write(reply)
+                    await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.debug("stream from %s failed: %r", peer, exc)
+        finally:
+            self.handlers.discard(task)
+            writer.close()
+
+
 class AsyncioTransport:
-    """UDP + TCP on one port, over the running event loop."""
+    """UDP + TCP on one port, over the running event loop; streams optionally over mutual TLS."""
 
     def __init__(
         self,
         udp: asyncio.DatagramTransport,
         server: asyncio.Server,
         port: int,
-        handlers: set[asyncio.Task[None]],
+        streams: _Streams,
+        *,
+        source_host: str,
+        stream_timeout_s: float,
+        tls: TlsContexts | None,
     ) -> None:
         self._udp = udp
         self._server = server
         self._port = port
-        self._handlers = handlers
+        self._streams = streams
+        self._source_host = source_host
+        self._stream_timeout_s = stream_timeout_s
+        self._tls = tls
+        self._tls_failures_out = 0
 
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def tls_handshake_failures(self) -> int:
+        return self._streams.tls_failures + self._tls_failures_out
 
     @classmethod
     async def bind(
@@ -96,39 +177,16 @@ class AsyncioTransport:
         on_packet: PacketCallback,
         on_stream: StreamCallback,
         stream_timeout_s: float,
+        tls: TlsContexts | None = None,
     ) -> AsyncioTransport:
         """Listen on ``host:port`` (port 0: a free port for both protocols). Raises TransportError."""
         loop = asyncio.get_running_loop()
-        handlers: set[asyncio.Task[None]] = set()
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            handlers.add(task)
-            try:
-                peer = writer.get_extra_info("peername")
-                peer_addr = join_addr(str(peer[0]), int(peer[1])) if peer else "?:0"
-                async with asyncio.timeout(stream_timeout_s):
-                    header = await reader.readexactly(STREAM_HEADER_BYTES)
-                    try:
-                        frame = header + await reader.readexactly(frame_length(header))
-                    except DecodeError:
-                        frame = header  # let the core count it as malformed
-                    reply = on_stream(frame, peer_addr)
-                    if reply is not None:
-                        writer.write(reply)
-                        await writer.drain()
-            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-                log.debug("stream from peer failed: %r", exc)
-            finally:
-                handlers.discard(task)
-                writer.close()
-
+        streams = _Streams(on_stream, stream_timeout_s, None if tls is None else tls.server)
         last_error: OSError | None = None
         for _ in range(_BIND_ATTEMPTS if port == 0 else 1):
             server: asyncio.Server | None = None
             try:
-                server = await asyncio.start_server(serve, host, port, reuse_address=True)
+                server = await streams.listen(host, port)
                 bound = int(server.sockets[0].getsockname()[1])
                 udp, _ = await loop.create_datagram_endpoint(
                     lambda: _Datagrams(on_packet), local_addr=(host, bound), family=_family(host)
@@ -141,7 +199,15 @@ class AsyncioTransport:
                 if exc.errno != errno.EADDRINUSE:
                     break
                 continue
-            return cls(udp, server, bound, handlers)
+            return cls(
+                udp,
+                server,
+                bound,
+                streams,
+                source_host="" if host in WILDCARD_HOSTS else host,
+                stream_timeout_s=stream_timeout_s,
+                tls=tls,
+            )
         raise TransportError(f"cannot bind {host}:{port}: {last_error}") from last_error
 
     def send_packet(self, addr: str, data: bytes) -> None:
@@ -155,11 +221,17 @@ class AsyncioTransport:
         try:
             host, port = split_addr(addr)
             async with asyncio.timeout(max(timeout_s, 0.0)):
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await self._connect(host, port)
                 writer.write(frame)
                 await writer.drain()
                 header = await reader.readexactly(STREAM_HEADER_BYTES)
                 return header + await reader.readexactly(frame_length(header))
+        except ssl.SSLError as exc:
+            # Its certificate did not verify. (When it refuses ours instead, we see a closed connection: TLS 1.3
+            # clients finish their side of the handshake first. The peer counts that one.)
+            self._tls_failures_out += 1
+            log.info("mesh: TLS with %s failed: %s", addr, _reason(exc))
+            raise TransportError(f"stream to {addr}: {exc!r}") from exc
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError, DecodeError) as exc:
             raise TransportError(f"stream to {addr}: {exc!r}") from exc
         finally:
@@ -168,14 +240,41 @@ class AsyncioTransport:
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
 
+    async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Raises OSError (ssl.SSLError included)."""
+        source = self._source_host
+        local_addr = (source, 0) if source and _family(source) == _family(host) else None
+        if self._tls is None:
+            return await asyncio.open_connection(host, port, local_addr=local_addr)
+        # The TLS closing exchange after the reply is bounded too; the handshake is within the caller's timeout.
+        return await asyncio.open_connection(
+            host,
+            port,
+            local_addr=local_addr,
+            ssl=self._tls.client,
+            ssl_shutdown_timeout=self._stream_timeout_s,
+        )
+
     async def close(self) -> None:
         self._server.close()
-        handlers = list(self._handlers)
+        handlers = list(self._streams.handlers)
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
         await self._server.wait_closed()
         self._udp.close()
+
+
+def _reason(exc: BaseException) -> str:
+    """The exception's message, or its type when it has none (a peer hanging up mid-handshake)."""
+    return str(exc) or type(exc).__name__
+
+
+def _peer(name: object) -> str:
+    """The "host:port" of a socket's peer name (or "?:0" if the socket has none)."""
+    if isinstance(name, tuple) and len(name) >= 2:
+        return join_addr(str(name[0]), int(name[1]))
+    return "?:0"
 
 
 def _family(host: str) -> socket.AddressFamily:

@@ -49,6 +49,13 @@ class ClusterConfig:
     mesh_key_file: str = field(
         default="", metadata={"help": "keyring file (base64 keys, first is primary): encrypts gossip"}
     )
+    mesh_tls_cert: str = field(
+        default="", metadata={"help": "PEM certificate for mutual TLS on mesh TCP streams (with --mesh-tls-key/-ca)"}
+    )
+    mesh_tls_key: str = field(default="", metadata={"help": "unencrypted PEM private key of --mesh-tls-cert"})
+    mesh_tls_ca: str = field(
+        default="", metadata={"help": "PEM cluster CA: a peer's certificate must chain to it (names unchecked)"}
+    )
     mesh_profile: Profile = field(default="lan", metadata={"help": "timing profile: lan, wan or local"})
     mesh_probe_interval_s: float = field(
         default=0.0, metadata={"help": "override the profile's probe interval (0: the profile's)"}
@@ -69,6 +76,12 @@ class ClusterConfig:
                 check_addr(addr)
         if self.join and not self.mesh_bind:
             raise ValueError("join needs mesh_bind (--mesh-bind host:port)")
+        tls = {"mesh_tls_cert": self.mesh_tls_cert, "mesh_tls_key": self.mesh_tls_key, "mesh_tls_ca": self.mesh_tls_ca}
+        missing = [name for name, value in tls.items() if not value]
+        if 0 < len(missing) < len(tls):
+            raise ValueError(
+                f"mutual TLS needs all of mesh_tls_cert, mesh_tls_key, mesh_tls_ca; missing: {', '.join(missing)}"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -85,7 +98,14 @@ def mesh_config(config: ClusterConfig) -> MeshConfig:
     host, port = _split(config.mesh_bind)
     if port:
         port += config.process_index
-    overrides: dict[str, object] = {"bind_addr": host, "bind_port": port, "keyring_file": config.mesh_key_file}
+    overrides: dict[str, object] = {
+        "bind_addr": host,
+        "bind_port": port,
+        "keyring_file": config.mesh_key_file,
+        "tls_cert_file": config.mesh_tls_cert,
+        "tls_key_file": config.mesh_tls_key,
+        "tls_ca_file": config.mesh_tls_ca,
+    }
     if config.mesh_advertise:
         adv_host, adv_port = _split(config.mesh_advertise)
         overrides.update(advertise_addr=adv_host, advertise_port=adv_port + config.process_index if adv_port else 0)

@@ -201,3 +201,20 @@ async def test_garbage_datagrams_are_counted_not_fatal() -> None:
         await eventually(lambda: a.metrics().malformed_packets >= 4)
         await asyncio.sleep(0.5)
         assert states(a) == {"m0": MemberState.ALIVE, "m1": MemberState.ALIVE}
+
+
+async def test_outgoing_streams_leave_from_the_bind_address() -> None:
+    """Several members on 127.0.0.x of one host: a peer sees our streams come from the address we advertise."""
+    seen: list[str] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(str(writer.get_extra_info("peername")[0]))
+        writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        async with Mesh(CONFIG.with_(node_name="m", bind_addr="127.0.0.2", join_timeout_s=0.5)) as mesh:
+            with pytest.raises(JoinError):
+                await mesh.join([f"127.0.0.1:{port}"])
+    assert seen and set(seen) == {"127.0.0.2"}
