@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -34,7 +35,7 @@ from node.routing.kv_index import KvIndex
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
 from node.workers.client import WorkerClient
-from node.workers.pool import WorkerPool
+from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
 from storage.factory import open_stores
 
@@ -88,6 +89,7 @@ async def run_node(
             on_hints=hints.receive if hints is not None else lambda _msg: None,
         )
         policy = make_policy(routing.policy, routing, kv_index=kv_index, hints=hints)
+        models: list[ServedModel] = []  # filled once loaded, before HTTP serves
         # Prefill and decode pools get policies of their own (their state is theirs: trees, rings, credit).
         role_policies = {
             role: make_policy(routing.policy_for(role), routing, kv_index=kv_index, hints=hints)
@@ -101,6 +103,7 @@ async def run_node(
             kv_index=kv_index,
             board=shared.board,
             role_policies=role_policies,
+            model_of=lambda worker: _model_of(models, worker),
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
@@ -117,25 +120,8 @@ async def run_node(
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
 
-        loading = asyncio.get_running_loop().run_in_executor(
-            None,
-            lambda: load_served_model(
-                config.model.model_path,
-                served_name=config.model.served_model_name,
-                chat_template_file=config.model.chat_template,
-                tokenizer_cache=config.tokenizer_cache,
-            ),
-        )
-        info = None
-        if not config.model.served_model_name and pool.workers:
-            info = await pool.wait_model_info(config.workers.startup_wait_s)
-            if info is None:
-                log.warning("no worker answered GetModelInfo; serving the model under its folder name")
-        model = await loading
-        if info is not None and info.served_model_name and info.served_model_name != model.name:
-            model = _renamed(model, info.served_model_name)
-        if info is not None and 0 < info.max_context_length < model.max_context_length:
-            model = _with_context(model, info.max_context_length)
+        models.extend(await _load_models(config, pool))
+        model = models[0]
 
         metrics = NodeMetrics(pool)
         metrics.watch_tokenizer(model.tokenizer)
@@ -151,7 +137,7 @@ async def run_node(
         )
         supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
         app = build_app(
-            model=model,
+            models=models,
             pool=pool,
             cpu=cpu,
             metrics=metrics,
@@ -175,8 +161,60 @@ async def run_node(
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
             publish_http_addr(mesh, f"{host}:{port}")
-        log.info("serving model %r on %s with %d worker(s)", model.name, node.url, len(pool.workers))
+        log.info(
+            "serving %s on %s with %d worker(s)", ", ".join(repr(m.name) for m in models), node.url, len(pool.workers)
+        )
         yield node
+
+
+async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:
+    """Load every model folder (tokenizers in parallel threads). One model takes its name and context length
+    from the workers' GetModelInfo, as before; several are named by their folders (or the workers' names
+    matching them) and each served by the workers that name it. Raises ValueError on a name clash."""
+    loop = asyncio.get_running_loop()
+    paths = config.model.model_path
+    loading = [
+        loop.run_in_executor(
+            None,
+            functools.partial(
+                load_served_model,
+                path,
+                served_name=config.model.served_model_name if k == 0 else "",
+                chat_template_file=config.model.chat_template if k == 0 else "",
+                tokenizer_cache=config.tokenizer_cache,
+            ),
+        )
+        for k, path in enumerate(paths)
+    ]
+    info = None
+    if len(paths) == 1 and not config.model.served_model_name and pool.workers:
+        info = await pool.wait_model_info(config.workers.startup_wait_s)
+        if info is None:
+            log.warning("no worker answered GetModelInfo; serving the model under its folder name")
+    models = list(await asyncio.gather(*loading))
+    if info is not None and info.served_model_name and info.served_model_name != models[0].name:
+        models[0] = _renamed(models[0], info.served_model_name)
+    if info is not None and 0 < info.max_context_length < models[0].max_context_length:
+        models[0] = _with_context(models[0], info.max_context_length)
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two model folders serve the same name: {', '.join(names)}")
+    return models
+
+
+def _model_of(models: list[ServedModel], worker: Worker) -> str | None:
+    """The served model ``worker`` belongs to: the only one, else the one its registered model, reported
+    name or reported path names."""
+    if len(models) <= 1:
+        return models[0].name if models else None
+    names = [worker.spec.model] if worker.spec.model else []
+    if worker.info is not None:
+        path = worker.info.model_path.rstrip("/")
+        names += [worker.info.served_model_name, path, path.rsplit("/", 1)[-1]]
+    for model in models:
+        if any(name and model.answers_to(name) for name in names):
+            return model.name
+    return None
 
 
 def _renamed(model: ServedModel, name: str) -> ServedModel:

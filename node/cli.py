@@ -162,7 +162,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 ports.append(worker.port)
             config = NodeConfig(
                 http=HttpConfig(host=args.host, port=args.port),
-                model=ModelConfig(model_path=str(model_dir)),
+                model=ModelConfig(model_path=(str(model_dir),)),
                 workers=WorkerPoolConfig(workers=tuple(f"grpc://127.0.0.1:{p}" for p in ports)),
                 log=log_config,
             )

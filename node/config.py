@@ -52,21 +52,33 @@ class HttpConfig:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    model_path: str = field(
-        default="",
-        metadata={"help": "Hugging Face-style model folder (tokenizer.json, tokenizer_config.json, ...)"},
+    model_path: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "Hugging Face-style model folder (tokenizer.json, tokenizer_config.json, ...); repeat it to "
+            "serve several models, each by the workers whose GetModelInfo (or registered model) names it",
+            "metavar": "DIR",
+        },
     )
     served_model_name: str = field(
         default="",
-        metadata={"help": "model name clients send; default: what the workers' GetModelInfo reports"},
+        metadata={
+            "help": "model name clients send (of the first --model-path); default: what the workers' "
+            "GetModelInfo reports, or the folder name when several models are served"
+        },
     )
     chat_template: str = field(
         default="", metadata={"help": "file with a Jinja chat template overriding tokenizer_config.json's"}
     )
 
     def __post_init__(self) -> None:
+        given: object = self.model_path
+        if isinstance(given, str):  # one folder given as a plain string (code, YAML scalar)
+            object.__setattr__(self, "model_path", (given,) if given else ())
         if not self.model_path:
             raise ValueError("model_path is required (--model-path DIR)")
+        if len(set(self.model_path)) != len(self.model_path):
+            raise ValueError("model_path: a folder is given twice")
 
 
 @dataclass(frozen=True, slots=True)

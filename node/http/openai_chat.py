@@ -100,6 +100,9 @@ class ChatCompletions(common.GenerationApi):
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         req = await read_json(request, ChatCompletionRequest, self._max_body)
+        return await self._peer_for(req.model)._serve(request, req)
+
+    async def _serve(self, request: web.Request, req: ChatCompletionRequest) -> web.StreamResponse:
         model = self._model
         common.check_model(req.model, model)
         common.validate_sampling(req, model)
@@ -124,6 +127,7 @@ class ChatCompletions(common.GenerationApi):
         params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None)
         rid = common.new_id("chatcmpl")
         spec = GenerateSpec(
+            model=self._model.name,
             request_id=rid,
             prompt_ids=prompt_ids,
             params=params,

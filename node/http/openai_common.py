@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from node.http.openai_types import SamplingFields
@@ -179,9 +179,14 @@ class ApiContext:
 
 
 class GenerationApi:
-    """Base of the generating endpoints: unpacks the shared context once."""
+    """Base of the generating endpoints: unpacks the shared context once.
+
+    One instance serves one model; with several models, ``serving`` builds one per model and each routes a
+    parsed request to the instance of the model it names (``_peer_for``).
+    """
 
     def __init__(self, ctx: ApiContext) -> None:
+        self._peers: list[Self] = []  # empty: just this one
         self._model = ctx.model
         self._pool = ctx.pool
         self._cpu = ctx.cpu
@@ -189,3 +194,18 @@ class GenerationApi:
         self._on_usage = ctx.on_usage
         self._routing_key_header = ctx.routing_key_header
         self._token_text = TokenText(ctx.model)
+
+    @classmethod
+    def serving(cls, contexts: Sequence[ApiContext], **kw: Any) -> Self:
+        """Instances for every model in ``contexts`` (one each), linked; returns the first."""
+        peers = [cls(ctx, **kw) for ctx in contexts]
+        for peer in peers:
+            peer._peers = peers
+        return peers[0]
+
+    def _peer_for(self, requested: str) -> Self:
+        """The instance serving model ``requested``; raises ModelNotFound (404)."""
+        for peer in self._peers or [self]:
+            if peer._model.answers_to(requested):
+                return peer
+        raise ModelNotFound(f"The model '{requested}' does not exist or you do not have access to it.", param="model")

@@ -103,6 +103,9 @@ class Completions(common.GenerationApi):
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         req = await read_json(request, CompletionRequest, self._max_body)
+        return await self._peer_for(req.model)._serve(request, req)
+
+    async def _serve(self, request: web.Request, req: CompletionRequest) -> web.StreamResponse:
         model = self._model
         common.check_model(req.model, model)
         common.validate_sampling(req, model)
@@ -124,6 +127,7 @@ class Completions(common.GenerationApi):
             )
             params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=req.logprobs)
             spec = GenerateSpec(
+                model=self._model.name,
                 request_id=rid if len(prompts) == 1 else f"{rid}-{k}",
                 prompt_ids=prompt.ids,
                 params=params,

@@ -187,6 +187,9 @@ class Responses(common.GenerationApi):
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = await read_json(request, ResponsesRequest, self._max_body)
+        return await self._peer_for(req.model)._create(request, req)
+
+    async def _create(self, request: web.Request, req: ResponsesRequest) -> web.StreamResponse:
         raw_input = self._validate(req)
         tenant = tenant_of(request, self._tenancy)
         inputs = items.normalize_input(raw_input, mint_id)
@@ -220,6 +223,7 @@ class Responses(common.GenerationApi):
             model=model.name,
         )
         spec = GenerateSpec(
+            model=self._model.name,
             request_id=turn.id,
             prompt_ids=prompt_ids,
             params=params,

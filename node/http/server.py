@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import msgspec
 from aiohttp import web
@@ -28,7 +29,7 @@ def _json(obj: object, status: int = 200) -> web.Response:
 
 def build_app(
     *,
-    model: ServedModel,
+    models: Sequence[ServedModel],
     pool: WorkerPool,
     cpu: CpuPool,
     metrics: NodeMetrics,
@@ -40,36 +41,38 @@ def build_app(
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced.
     app = web.Application(middlewares=[metrics.middleware(), error_middleware], client_max_size=max_body_bytes + 1)
-    ctx = ApiContext(
-        model=model,
-        pool=pool,
-        cpu=cpu,
-        max_body_bytes=max_body_bytes,
-        on_usage=metrics.observe_usage,
-        routing_key_header=routing_key_header,
-    )
-    chat = ChatCompletions(ctx)
-    completions = Completions(ctx)
+    contexts = [
+        ApiContext(
+            model=model,
+            pool=pool,
+            cpu=cpu,
+            max_body_bytes=max_body_bytes,
+            on_usage=metrics.observe_usage,
+            routing_key_header=routing_key_header,
+        )
+        for model in models
+    ]
+    chat = ChatCompletions.serving(contexts)
+    completions = Completions.serving(contexts)
+
+    def model_json(model: ServedModel) -> dict[str, object]:
+        return {
+            "id": model.name,
+            "object": "model",
+            "created": model.created,
+            "owned_by": "smg-node",
+            "max_model_len": model.max_context_length,
+        }
 
     async def list_models(request: web.Request) -> web.Response:
-        return _json(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": model.name,
-                        "object": "model",
-                        "created": model.created,
-                        "owned_by": "smg-node",
-                        "max_model_len": model.max_context_length,
-                    }
-                ],
-            }
-        )
+        # Only models some worker can serve right now (a regular one, or a prefill and a decode one).
+        data = [model_json(m) for m in models if pool.can_serve(m.name)]
+        return _json({"object": "list", "data": data})
 
     async def get_model(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        if not model.answers_to(name):
+        model = next((m for m in models if m.answers_to(name)), None)
+        if model is None:
             return web.Response(
                 status=404,
                 body=error_body(
@@ -116,6 +119,6 @@ def build_app(
     app.router.add_get("/metrics", metrics.handle)
     # Responses and Conversations: history in `stores`, tenant per request as `tenancy` allows.
     history = History(stores)
-    Responses(ctx, history=history, tenancy=tenancy).add_routes(app)
+    Responses.serving(contexts, history=history, tenancy=tenancy).add_routes(app)
     Conversations(history=history, tenancy=tenancy, max_body_bytes=max_body_bytes).add_routes(app)
     return app

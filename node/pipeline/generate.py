@@ -70,6 +70,8 @@ class GenerateSpec:
     # Token ids that end an answer without being part of it (EOS unless ignore_eos, plus stop_token_ids).
     terminators: frozenset[int] = frozenset()
     routing_key: str | None = None
+    # The served model the request names: only its workers are candidates (None: any worker).
+    model: str | None = None
     # Keep per-token ids on deltas (the Completions API's echo/logprobs need them).
     want_token_ids: bool = False
     # Whether the client streams. A non-streaming answer without stop strings needs no early look at the
@@ -135,10 +137,12 @@ class Generation:
 
     async def deltas(self) -> AsyncGenerator[list[TextDelta], None]:
         """Yield lists of deltas as the worker produces tokens. Raises NoHealthyWorker, WorkerFailed."""
-        route = RouteRequest(prompt_ids=self._spec.prompt_ids, routing_key=self._spec.routing_key)
+        route = RouteRequest(
+            prompt_ids=self._spec.prompt_ids, routing_key=self._spec.routing_key, model=self._spec.model
+        )
         for attempt in range(1, MAX_CONNECT_ATTEMPTS + 1):
             kv_transfer: str | None = None
-            if self._pool.disaggregated():
+            if self._pool.disaggregated(self._spec.model):
                 prefill = self._pool.select(route, role="prefill")
                 self.prefill_url = prefill.url
                 try:

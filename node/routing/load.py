@@ -76,8 +76,11 @@ def request_loads(
         if not isinstance(view, LoadView) or view.updated_at < oldest:
             return [float(c.in_flight) for c in candidates]
         views.append(view)
+    # Of what was sent since a report, only what is still open adds load: a request that already finished is
+    # in no queue. Without this cap a report that stops being refreshed (a worker whose KV-event stream
+    # replaced the polls but carries no load records) turns into a running total of every dispatch since.
     return [
-        float(v.running + v.waiting + credit.since(c.url, v.updated_at)[0])
+        float(v.running + v.waiting + min(credit.since(c.url, v.updated_at)[0], c.in_flight))
         for c, v in zip(candidates, views, strict=True)
     ]
 

@@ -45,6 +45,7 @@ class RouteRequest:
     prompt_ids: Sequence[int]
     routing_key: str | None = None
     now_s: float = 0.0  # the pool's monotonic clock when the request is routed
+    model: str | None = None  # the served model; the pool offers only its workers as candidates
 
 
 class Candidate(Protocol):

@@ -80,11 +80,14 @@ class WorkerPool:
         kv_index: KvIndex | None = None,
         board: HealthBoard | None = None,
         role_policies: Mapping[str, RoutingPolicy] | None = None,
+        model_of: Callable[[Worker], str | None] | None = None,
     ) -> None:
         """``policy`` routes regular workers, and any role without its own entry in ``role_policies``."""
         self._config = config
         self._policy = policy
         self._role_policies = dict(role_policies or {})
+        # Which served model a worker belongs to (None: none we serve); without it every worker serves all.
+        self._model_of = model_of
         self._supervisor = supervisor
         self._kv_index = kv_index
         self._board = board
@@ -120,8 +123,15 @@ class WorkerPool:
             return False
         return self._board.cluster_ok(worker.id) is True
 
-    def healthy(self, role: str = "regular") -> list[Worker]:
-        return [w for w in self._workers.values() if w.role == role and self.routable(w)]
+    def model_of(self, worker: Worker) -> str | None:
+        return self._model_of(worker) if self._model_of is not None else None
+
+    def healthy(self, role: str = "regular", model: str | None = None) -> list[Worker]:
+        """Workers of ``role`` in rotation here; with ``model``, only those serving it."""
+        out = [w for w in self._workers.values() if w.role == role and self.routable(w)]
+        if model is not None and self._model_of is not None:
+            out = [w for w in out if self._model_of(w) == model]
+        return out
 
     def sync(self, specs: Mapping[str, WorkerSpec]) -> None:
         """Make the pool hold exactly ``specs`` (the registry's workers): start watching new ones, stop
@@ -161,13 +171,13 @@ class WorkerPool:
         for role, policy in self._role_policies.items():
             policy.on_workers_changed([w.url for w in self._workers.values() if w.role == role])
 
-    def can_serve(self) -> bool:
-        """Some request could be routed now: a regular worker, or a prefill and a decode worker."""
-        return bool(self.healthy()) or self.disaggregated()
+    def can_serve(self, model: str | None = None) -> bool:
+        """A request (for ``model``) could be routed now: a regular worker, or a prefill and a decode one."""
+        return bool(self.healthy(model=model)) or self.disaggregated(model)
 
-    def disaggregated(self) -> bool:
-        """Prefill/decode mode: at least one prefill and one decode worker are in rotation."""
-        return bool(self.healthy("prefill")) and bool(self.healthy("decode"))
+    def disaggregated(self, model: str | None = None) -> bool:
+        """Prefill/decode mode: at least one prefill and one decode worker (of ``model``) are in rotation."""
+        return bool(self.healthy("prefill", model)) and bool(self.healthy("decode", model))
 
     def start(self) -> None:
         self._started = True
@@ -188,7 +198,7 @@ class WorkerPool:
     def select(self, request: RouteRequest, *, role: str = "regular") -> Worker:
         """Pick a worker of ``role`` for ``request`` and tell the policy; raises NoHealthyWorker (503) when
         none is in rotation. Synchronous on purpose: select and on_routed happen with no await in between."""
-        candidates = self.healthy(role)
+        candidates = self.healthy(role, request.model)
         if not candidates:
             what = "worker" if role == "regular" else f"{role} worker"
             raise NoHealthyWorker(f"no healthy {what} is available to serve this request; try again later")
