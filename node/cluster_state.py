@@ -4,7 +4,8 @@ hints, carried by the mesh (or kept locally when the node runs alone).
 One ``ClusterState`` per node process, named like its mesh member so membership and state agree on who is
 alive. The mesh's single delegate slot is split into channels (``mesh.channels``): the replicated state on
 one, best-effort routing hints on the other. A ticker task drives the state's clocked work (counter flush,
-garbage collection) with the mesh's view of live members, and the health board's publishing.
+garbage collection) with the mesh's view of live members (as ``mesh.state_runner`` does for a bare state),
+plus the health board's publishing and the routing hints' sending.
 
 Without a mesh the same code runs on a standalone state: one code path, and a node that later joins a
 cluster (``smg-node join``) brings its workers with it.
@@ -21,10 +22,10 @@ from typing import Protocol
 
 from mesh.best_effort import BestEffortBroadcast
 from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
-from mesh.member import MemberState
 from mesh.runtime import Mesh
 from mesh.state import ClusterState
 from mesh.state_config import StateConfig
+from mesh.state_runner import live_members
 from node.workers.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
 from node.workers.registry import WorkerRegistry
 
@@ -35,9 +36,6 @@ STATE_CHANNEL = 1
 HINTS_CHANNEL = 2
 #: The state's name when the node runs without a mesh.
 STANDALONE_NODE = "local"
-
-_LIVE = (MemberState.ALIVE, MemberState.SUSPECT)
-
 
 def state_config() -> StateConfig:
     """The node's StateConfig: deltas fit a channel message; health rows are sharded by worker."""
@@ -52,10 +50,8 @@ class SharedState:
     hints: BestEffortBroadcast
     mesh: Mesh | None
 
-    def alive_members(self) -> set[str] | None:
-        if self.mesh is None:
-            return None
-        return {m.name for m in self.mesh.members() if m.state in _LIVE}
+    def alive_members(self) -> list[str] | None:
+        return live_members(self.mesh) if self.mesh is not None else None
 
     def tick(self) -> None:
         self.state.tick(time.time(), self.alive_members())
