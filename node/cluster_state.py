@@ -37,6 +37,7 @@ HINTS_CHANNEL = 2
 #: The state's name when the node runs without a mesh.
 STANDALONE_NODE = "local"
 
+
 def state_config() -> StateConfig:
     """The node's StateConfig: deltas fit a channel message; health rows are sharded by worker."""
     return StateConfig(max_delta_bytes=MAX_CHANNEL_MSG_BYTES, table_shards=((HEALTH_TABLE, HEALTH_SHARDS),))
