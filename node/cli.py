@@ -88,7 +88,7 @@ async def _serve_forever() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     config = load_node_config(args)
     setup_logging(config.log)
-    from node.processes import ProcessGroup, reserve_port, resolve_processes
+    from node.processes import ProcessGroup, reserve_port, reserve_port_range, resolve_processes, sibling_keyfile
 
     count = resolve_processes(config.http.processes)
     if count > 1 and config.storage.backend == "memory":
@@ -103,8 +103,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if count > 1:
         port = config.http.port or reserve_port(config.http.host)
         pinned = ["--processes", "1", "--reuse-port", "--port", str(port)]
+        keyfile = None
+        if not config.cluster.enabled:  # siblings share workers and health through a private loopback mesh
+            keyfile = sibling_keyfile()
+            base = reserve_port_range("127.0.0.1", count)
+            pinned += ["--mesh-bind", f"127.0.0.1:{base}", "--mesh-profile", "local", "--mesh-key-file", keyfile]
         print(f"smg-node starting {count} node processes on http://{config.http.host}:{port}", flush=True)
-        return ProcessGroup(argv=[*args.argv, *pinned], count=count, grace_s=config.http.shutdown_grace_s).run()
+        try:
+            group = ProcessGroup(argv=[*args.argv, *pinned], count=count, grace_s=config.http.shutdown_grace_s)
+            return group.run()
+        finally:
+            if keyfile is not None:
+                os.unlink(keyfile)
     from node.app import run_node
 
     async def main() -> None:

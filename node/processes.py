@@ -1,5 +1,9 @@
 """Several node processes on one host sharing the HTTP port (SO_REUSEPORT): the kernel spreads connections.
 
+The processes are mesh members, so they share the worker registry and health like any peers: with
+``--mesh-bind`` process k binds port+k and joins process 0; without it they form a private mesh on loopback,
+encrypted with a key only they have (a request to add a worker reaches whichever process the kernel picks).
+
 Python runs one thread of bytecode at a time per process; N full node processes use N cores. The parent only
 supervises: it starts the children (each a complete `smg-node serve` with `--processes 1 --reuse-port`),
 restarts one that dies (with backoff), and on SIGTERM/SIGINT forwards the signal and waits for them to drain.
@@ -13,10 +17,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+
+from mesh.keyring import Keyring
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,36 @@ def reserve_port(host: str) -> int:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def reserve_port_range(host: str, count: int, attempts: int = 50) -> int:
+    """A base port P with P..P+count-1 free for TCP and UDP on ``host`` (the sibling processes' mesh ports)."""
+    for _ in range(attempts):
+        base = reserve_port(host)
+        if base + count > 65536:
+            continue
+        if all(_free(host, base + k) for k in range(count)):
+            return base
+    raise OSError(f"no {count} consecutive free ports on {host}")
+
+
+def _free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(family, kind) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def sibling_keyfile() -> str:
+    """A fresh keyring file (mode 0600) for the siblings' private mesh; the caller removes it."""
+    fd, path = tempfile.mkstemp(prefix="smg-node-mesh-", suffix=".keys")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(Keyring([Keyring.generate()]).dump())
+    return path
 
 
 @dataclass

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,9 +83,6 @@ def test_worker_killed_mid_stream_ends_the_stream_with_an_error(two_processes: P
 
 def _pids(url: str, tries: int = 60) -> set[int]:
     """PIDs answering /health: new connections are spread over the processes sharing the port."""
-    import json
-    import urllib.request
-
     seen: set[int] = set()
     for _ in range(tries):
         with urllib.request.urlopen(url + "/health", timeout=5) as resp:
@@ -110,6 +109,28 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: P
         r = client.completions.create(model="llama3", prompt="hi", max_tokens=3)
         assert r.choices[0].text
         wait_until(lambda: len(_pids(url, 20) - {victim}) == 2, timeout_s=60, what="a replacement process")
+
+        # The processes form a private mesh: a worker registered through whichever process the kernel picks
+        # is listed by every process, the replacement included.
+        extra = f"grpc://127.0.0.1:{free_port()}"
+        req = urllib.request.Request(
+            url + "/workers", data=json.dumps({"url": extra}).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 201
+        wait_until(lambda: _all_list(url, extra), timeout_s=20, what="every process listing the new worker")
+
+
+def _all_list(url: str, worker: str, tries: int = 20) -> bool:
+    """Whether every one of ``tries`` new connections gets a /workers listing that holds ``worker``."""
+    seen: dict[int, bool] = {}
+    for _ in range(tries):
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            pid = int(json.loads(resp.read())["pid"])
+        with urllib.request.urlopen(url + "/workers", timeout=5) as resp:
+            listed = {w["url"] for w in json.loads(resp.read())["data"]}
+        seen[pid] = seen.get(pid, True) and worker in listed
+    return all(seen.values())
 
 
 def test_several_processes_refuse_private_memory_history(llama3_model_dir: Path) -> None:
