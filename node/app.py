@@ -72,7 +72,8 @@ async def run_node(
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
         routing = config.routing
         roles = ("regular", "prefill", "decode")
-        cache_aware = any(routing.policy_for(role) == "cache_aware" for role in roles)
+        by_model = routing.policies_by_model()
+        cache_aware = "cache_aware" in {*(routing.policy_for(role) for role in roles), *by_model.values()}
         kv_index = KvIndex(routing.kv_index_max_blocks) if cache_aware else None
         hints = None
         if mesh is not None and cache_aware:
@@ -95,6 +96,9 @@ async def run_node(
             role: make_policy(routing.policy_for(role), routing, kv_index=kv_index, hints=hints)
             for role in ("prefill", "decode")
         }
+        model_policies = {
+            model: make_policy(name, routing, kv_index=kv_index, hints=hints) for model, name in by_model.items()
+        }
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory,
@@ -103,6 +107,7 @@ async def run_node(
             kv_index=kv_index,
             board=shared.board,
             role_policies=role_policies,
+            model_policies=model_policies,
             model_of=lambda worker: _model_of(models, worker),
         )
         stack.push_async_callback(pool.close)
@@ -122,6 +127,12 @@ async def run_node(
 
         models.extend(await _load_models(config, pool))
         model = models[0]
+        for name in list(model_policies):  # keyed by the name requests are routed with, not an alias
+            served = next((m for m in models if m.answers_to(name)), None)
+            if served is None:
+                log.warning("--model-policy names %r, which is not a served model: ignored", name)
+            elif served.name != name:
+                model_policies[served.name] = model_policies.pop(name)
 
         metrics = NodeMetrics(pool)
         metrics.watch_tokenizer(model.tokenizer)

@@ -38,6 +38,14 @@ class RoutingConfig:
     decode_policy: str = field(
         default="", metadata={"help": "policy of the decode pool in PD disaggregation (empty: --policy)"}
     )
+    model_policies: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "MODEL=POLICY: the policy of one served model's (regular) pool, repeatable (others: --policy)",
+            "flag": "--model-policy",
+            "metavar": "MODEL=POLICY",
+        },
+    )
     seed: int | None = field(
         default=None,
         metadata={"help": "seed of the routing random generator (random, power_of_two, ties); empty: OS entropy"},
@@ -153,12 +161,20 @@ class RoutingConfig:
         },
     )
 
+    def policies_by_model(self) -> dict[str, str]:
+        """The --model-policy entries as model -> policy name."""
+        return dict(entry.rsplit("=", 1) for entry in self.model_policies)
+
     def policy_for(self, role: str) -> str:
         """The policy name of the pool of ``role`` (regular, prefill, decode)."""
         chosen = {"prefill": self.prefill_policy, "decode": self.decode_policy}.get(role, "")
         return chosen or self.policy
 
     def __post_init__(self) -> None:
+        for entry in self.model_policies:
+            model, sep, policy = entry.rpartition("=")
+            _check(bool(sep and model), "model_policies", f"expected MODEL=POLICY, got {entry!r}")
+            _check(policy in get_args(PolicyName), "model_policies", f"unknown policy {policy!r} in {entry!r}")
         for name in ("prefill_policy", "decode_policy"):
             value = getattr(self, name)
             _check(

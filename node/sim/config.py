@@ -73,6 +73,13 @@ class SimWorkerConfig:
     seed: int = field(
         default=0, metadata={"help": "Engine seed mixed into every answer; two engines differ when it does."}
     )
+    kv_events: bool = field(
+        default=True,
+        metadata={
+            "help": "Publish prefix-cache stores and evictions on SubscribeKvEvents; off, the RPC answers "
+            "UNIMPLEMENTED, as an engine without a KV-event publisher does."
+        },
+    )
 
     def __post_init__(self) -> None:
         _require(0 <= self.port <= _MAX_PORT, "port", f"must be in [0, {_MAX_PORT}], got {self.port}")

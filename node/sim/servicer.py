@@ -155,6 +155,8 @@ class SimEngineServicer:
             yield common_pb2.GetTokenizerChunk(data=bundle[start:end], sha256=digest if end >= len(bundle) else "")
 
     async def SubscribeKvEvents(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        if not self._engine.config.kv_events:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this engine publishes no KV events")
         # Headers first, so the subscriber's call resolves before the first batch (as the reference does).
         await context.send_initial_metadata(())
         batches = self._engine.kv_batches(int(request.start_sequence_number))

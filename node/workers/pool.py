@@ -80,12 +80,16 @@ class WorkerPool:
         kv_index: KvIndex | None = None,
         board: HealthBoard | None = None,
         role_policies: Mapping[str, RoutingPolicy] | None = None,
+        model_policies: Mapping[str, RoutingPolicy] | None = None,
         model_of: Callable[[Worker], str | None] | None = None,
     ) -> None:
-        """``policy`` routes regular workers, and any role without its own entry in ``role_policies``."""
+        """``policy`` routes regular workers, except a model's with an entry in ``model_policies``, and any
+        role without its own entry in ``role_policies``."""
         self._config = config
         self._policy = policy
         self._role_policies = dict(role_policies or {})
+        # Not copied: the composition root renames its keys to served names once the models are loaded.
+        self._model_policies = model_policies if model_policies is not None else {}
         # Which served model a worker belongs to (None: none we serve); without it every worker serves all.
         self._model_of = model_of
         self._supervisor = supervisor
@@ -163,11 +167,18 @@ class WorkerPool:
         if changed and self._started:
             self._tell_policies()
 
-    def _policy_of(self, role: str) -> RoutingPolicy:
+    def _policy_of(self, role: str, model: str | None) -> RoutingPolicy:
+        if role == "regular" and model is not None:
+            return self._model_policies.get(model, self._policy)
         return self._role_policies.get(role, self._policy)
 
     def _tell_policies(self) -> None:
-        self._policy.on_workers_changed([w.url for w in self._workers.values()])
+        # A model's policy hears of every worker: which model a worker serves may be known only after its
+        # first health check, and policies only ever choose among the candidates they are given.
+        urls = [w.url for w in self._workers.values()]
+        self._policy.on_workers_changed(urls)
+        for policy in self._model_policies.values():
+            policy.on_workers_changed(urls)
         for role, policy in self._role_policies.items():
             policy.on_workers_changed([w.url for w in self._workers.values() if w.role == role])
 
@@ -203,7 +214,7 @@ class WorkerPool:
             what = "worker" if role == "regular" else f"{role} worker"
             raise NoHealthyWorker(f"no healthy {what} is available to serve this request; try again later")
         stamped = replace(request, now_s=asyncio.get_running_loop().time())
-        policy = self._policy_of(role)
+        policy = self._policy_of(role, request.model)
         chosen = policy.select(candidates, stamped)
         policy.on_routed(chosen, stamped)
         return chosen

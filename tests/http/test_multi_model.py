@@ -78,3 +78,31 @@ async def test_requests_go_to_their_models_workers(llama3_model_dir: Path, deeps
         assert status == 503, err
         _, listing = await _call("GET", node.url + "/workers")
         assert [w["model"] for w in listing["data"]] == [names[0]]
+
+
+async def test_each_model_can_have_its_own_policy(llama3_model_dir: Path, deepseek_model_dir: Path) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        llamas = [await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir))) for _ in range(2)]
+        deepseeks = [await stack.enter_async_context(SimWorker(fast_sim(deepseek_model_dir))) for _ in range(2)]
+        config = node_config(llama3_model_dir, [s.port for s in (*llamas, *deepseeks)])
+        config = dataclasses.replace(
+            config,
+            model=ModelConfig(model_path=(str(llama3_model_dir), str(deepseek_model_dir))),
+            routing=dataclasses.replace(config.routing, model_policies=(f"{deepseek_model_dir}=consistent_hashing",)),
+        )
+        node = await stack.enter_async_context(run_node(config))
+        names = (llama3_model_dir.name, deepseek_model_dir.name)
+        for _ in range(100):  # until all four passed a health check and reported their model
+            listing = (await _call("GET", node.url + "/workers"))[1]["data"]
+            if all(w["routable_here"] and w["model"] for w in listing):
+                break
+            await asyncio.sleep(0.05)
+        for name in names:
+            for _ in range(6):
+                body = {"model": name, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
+                status, _ = await _call(
+                    "POST", node.url + "/v1/chat/completions", json=body, headers={"X-SMG-Routing-Key": "user-7"}
+                )
+                assert status == 200
+        assert [s.engine.completed_requests for s in llamas] == [3, 3], "llama3 keeps the default round robin"
+        assert sorted(s.engine.completed_requests for s in deepseeks) == [0, 6], "one routing key, one worker"
