@@ -233,6 +233,17 @@ async def test_kv_events_subscription_resume_and_flush(channel: grpc.aio.Channel
     resumed.cancel()
 
 
+async def test_kv_events_off_answers_unimplemented(fast_config: SimWorkerConfig, sim_model: SimModel) -> None:
+    async with (
+        SimWorker(replace(fast_config, kv_events=False), sim_model) as worker,
+        grpc.aio.insecure_channel(worker.address) as channel,
+    ):
+        subscription = stub(channel).SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(start_sequence_number=0))
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await asyncio.wait_for(subscription.read(), 2)
+        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
 async def test_prefill_role_returns_kv_transfer_params(fast_config: SimWorkerConfig, sim_model: SimModel) -> None:
     async with (
         SimWorker(replace(fast_config, role="prefill"), sim_model) as worker,
