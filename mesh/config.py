@@ -72,6 +72,12 @@ class MeshConfig:
     reconnect_timeout_s: float = field(
         default=86_400.0, metadata=_help("stop trying to reconnect to a failed member after this long")
     )
+    left_reconnect_timeout_s: float = field(
+        default=3_600.0,
+        metadata=_help(
+            "a member that left is also tried this long, so one restarted alone (no --join) is found again; 0: never"
+        ),
+    )
 
     # -- lifecycle (the asyncio shell) --
     join_timeout_s: float = field(default=30.0, metadata=_help("give up joining after this long"))

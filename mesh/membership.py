@@ -72,8 +72,8 @@ class Membership:
         self._order: list[NodeState] = []
         self._probe_index = 0
         self._suspicions: dict[str, tuple[Suspicion, Timer]] = {}
-        #: Reaped failed members (name -> address, time of death), for reconnect attempts.
-        self.failed: dict[str, tuple[str, float]] = {}
+        #: Reaped departed members (name -> address, time of death or leave, DEAD or LEFT), for reconnects.
+        self.failed: dict[str, tuple[str, float, MemberState]] = {}
         self.leaving = False
         self.leave_broadcast_done = False
 
@@ -131,10 +131,12 @@ class Membership:
         return None
 
     def reconnect_candidates(self, now: float) -> list[str]:
-        """Addresses of failed (not left) members worth a reconnect attempt."""
-        horizon = self._config.reconnect_timeout_s
-        out = [n.addr for n in self.nodes.values() if n.state == DEAD and now - n.state_change < horizon]
-        out.extend(addr for addr, died in self.failed.values() if now - died < horizon)
+        """Addresses of departed members worth a reconnect attempt: failed ones (a partition may have healed)
+        for ``reconnect_timeout_s``, and ones that left for ``left_reconnect_timeout_s`` (a node restarted
+        without a seed to join would otherwise stay a cluster of its own)."""
+        horizons = {DEAD: self._config.reconnect_timeout_s, LEFT: self._config.left_reconnect_timeout_s}
+        out = [n.addr for n in self.nodes.values() if n.state in horizons and now - n.state_change < horizons[n.state]]
+        out.extend(addr for addr, died, state in self.failed.values() if now - died < horizons[state])
         return out
 
     # -- transitions --
@@ -339,8 +341,7 @@ class Membership:
         for node in self._order:
             if node is not self.local and node.state.is_gone and now - node.state_change > horizon:
                 del self.nodes[node.name]
-                if node.state == DEAD:
-                    self._remember_failed(node)
+                self._remember_failed(node)
             else:
                 keep.append(node)
         self._rng.shuffle(keep)
@@ -350,4 +351,4 @@ class Membership:
         if len(self.failed) >= MAX_FAILED_REMEMBERED:
             oldest = min(self.failed, key=lambda name: self.failed[name][1])
             del self.failed[oldest]
-        self.failed[node.name] = (node.addr, node.state_change)
+        self.failed[node.name] = (node.addr, node.state_change, node.state)

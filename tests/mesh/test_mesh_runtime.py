@@ -218,3 +218,42 @@ async def test_outgoing_streams_leave_from_the_bind_address() -> None:
             with pytest.raises(JoinError):
                 await mesh.join([f"127.0.0.1:{port}"])
     assert seen and set(seen) == {"127.0.0.2"}
+
+
+async def test_a_member_that_left_and_restarts_alone_is_found_again() -> None:
+    """A seed restarted without anyone to join (as seeds usually are) is reconnected to by the others."""
+    config = CONFIG.with_(reconnect_interval_s=0.3)
+    async with AsyncExitStack() as stack:
+        seed = Mesh(config.with_(node_name="seed"))
+        await seed.start()
+        port = int(seed.addr.rsplit(":", 1)[1])
+        a = await stack.enter_async_context(Mesh(config.with_(node_name="a")))
+        b = await stack.enter_async_context(Mesh(config.with_(node_name="b")))
+        await a.join([seed.addr])
+        await b.join([seed.addr])
+        await eventually(lambda: len(a.members()) == 3 and len(b.members()) == 3)
+        await seed.leave()
+        await seed.shutdown()
+        await eventually(lambda: states(a).get("seed") == MemberState.LEFT)
+        again = await stack.enter_async_context(Mesh(config.with_(node_name="seed", bind_port=port)))
+        await eventually(
+            lambda: all(states(m).get("seed") == MemberState.ALIVE for m in (a, b)) and len(again.members()) == 3
+        )
+        assert states(again) == {"seed": MemberState.ALIVE, "a": MemberState.ALIVE, "b": MemberState.ALIVE}
+
+
+async def test_members_that_left_are_not_tried_when_disabled() -> None:
+    config = CONFIG.with_(reconnect_interval_s=0.3, left_reconnect_timeout_s=0.0)
+    async with AsyncExitStack() as stack:
+        seed = Mesh(config.with_(node_name="seed"))
+        await seed.start()
+        port = int(seed.addr.rsplit(":", 1)[1])
+        a = await stack.enter_async_context(Mesh(config.with_(node_name="a")))
+        await a.join([seed.addr])
+        await eventually(lambda: len(a.members()) == 2)
+        await seed.leave()
+        await seed.shutdown()
+        await eventually(lambda: states(a).get("seed") == MemberState.LEFT)
+        again = await stack.enter_async_context(Mesh(config.with_(node_name="seed", bind_port=port)))
+        await asyncio.sleep(1.5)
+        assert len(again.members()) == 1 and states(a)["seed"] == MemberState.LEFT
