@@ -8,6 +8,8 @@ Errors use the OpenAI envelope, like every other endpoint.
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 from aiohttp import web
 
@@ -30,7 +32,22 @@ def _verdict(ok: bool | None) -> str:
     return "unknown" if ok is None else "healthy" if ok else "unhealthy"
 
 
-def worker_json(pool: WorkerPool, worker: Worker) -> dict[str, object]:
+def _load_json(worker: Worker, now_s: float) -> dict[str, object] | None:
+    """The engine's last load report (null before the first), its age in seconds instead of a clock value."""
+    load = worker.load
+    if load is None:
+        return None
+    return {
+        "running": load.running,
+        "waiting": load.waiting,
+        "waiting_uncached_tokens": load.waiting_uncached_tokens,
+        "token_usage": load.token_usage,
+        "gen_throughput": load.gen_throughput,
+        "age_s": round(max(0.0, now_s - load.updated_at), 3),
+    }
+
+
+def worker_json(pool: WorkerPool, worker: Worker, now_s: float) -> dict[str, object]:
     board = pool.board
     observations = board.observations(worker.id) if board is not None else {}
     return {
@@ -42,7 +59,7 @@ def worker_json(pool: WorkerPool, worker: Worker) -> dict[str, object]:
         "verdict": _verdict(board.cluster_ok(worker.id) if board is not None else worker.healthy),
         "routable_here": pool.routable(worker),
         "in_flight": worker.in_flight,
-        "load": worker.load,  # msgspec encodes the dataclass (null before the first report)
+        "load": _load_json(worker, now_s),
         "kv_events": worker.kv_events,
         "last_error": worker.last_error or None,
         "observations": {
@@ -57,6 +74,10 @@ def worker_json(pool: WorkerPool, worker: Worker) -> dict[str, object]:
             for node, obs in sorted(observations.items())
         },
     }
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()  # the pool's clock (LoadView.updated_at)
 
 
 def _json(body: object, status: int = 200) -> web.Response:
@@ -82,16 +103,17 @@ def add_worker_routes(app: web.Application, pool: WorkerPool, registry: WorkerRe
         existed = pool.get(spec.id) is not None
         registry.add(spec)  # the pool follows the registry synchronously
         worker = pool.get(spec.id)
-        body_out = worker_json(pool, worker) if worker is not None else {"id": spec.id, **spec.to_json()}
+        body_out = worker_json(pool, worker, _now()) if worker is not None else {"id": spec.id, **spec.to_json()}
         return _json(body_out, status=200 if existed else 201)
 
     async def list_workers(request: web.Request) -> web.Response:
-        workers = sorted((worker_json(pool, w) for w in pool.workers), key=lambda w: str(w["url"]))
+        now = _now()
+        workers = sorted((worker_json(pool, w, now) for w in pool.workers), key=lambda w: str(w["url"]))
         node = pool.board.node if pool.board is not None else None
         return _json({"object": "list", "node": node, "policy": pool.policy_name, "data": workers})
 
     async def get_worker(request: web.Request) -> web.Response:
-        return _json(worker_json(pool, find(request)))
+        return _json(worker_json(pool, find(request), _now()))
 
     async def delete(request: web.Request) -> web.Response:
         worker = find(request)

@@ -74,6 +74,7 @@ async def test_add_list_route_and_delete_workers(llama3_model_dir: Path) -> None
         by_url = {w["url"]: w for w in listing["data"]}
         assert set(by_url) == {f"grpc://127.0.0.1:{first.port}", url2}
         assert by_url[url2]["verdict"] == "healthy" and by_url[url2]["model"] == model
+        assert by_url[url2]["load"]["running"] == 0 and 0 <= by_url[url2]["load"]["age_s"] < 5
         assert (
             list(by_url[url2]["observations"]) == [listing["node"]]
             and by_url[url2]["observations"][listing["node"]]["ok"]
