@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata
 import itertools
 import json
-import os
-import platform
 import shlex
 import signal
 import subprocess
@@ -225,48 +222,14 @@ def run_bench(config: BenchConfig) -> BenchOutcome:
 # --- reporting ---
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _git_revision() -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_DIR), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return rev + (" (with uncommitted changes)" if dirty else "")
-
-
 def render(config: BenchConfig, outcome: BenchOutcome, command: str) -> str:
     summary = report.summarize(outcome.runs)
     sizes = ", ".join(f"{size:,} → {tokens:,.0f}" for size, tokens in outcome.prompt_tokens.items())
     lines = [
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- machine: {os.cpu_count()} cores ({_cpu_model()}), Linux {platform.release()}",
+        f"- machine: {report.machine_line()}",
         f"- command: `{command}`",
-        f"- versions: smg-node {_version('smg-node')} (git {_git_revision()}), SMG {_version('smg')}, "
-        f"Python {platform.python_version()}, aiohttp {_version('aiohttp')}, "
-        f"tokenizers {_version('tokenizers')}",
+        f"- versions: {report.versions_line()}",
         f"- worker: one `smg-node sim-worker` shared by both gateways (one at a time), "
         f"`{' '.join(launch.SIM_ZERO_LATENCY_FLAGS)}`",
         f"- per point: {config.duration_s:g} s closed loop, medians of {config.repetitions} repetition(s), "

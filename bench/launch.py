@@ -207,31 +207,39 @@ def prepare_model(out_dir: Path, timeout_s: float = 120.0) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def sim_worker_command(port: int, model_dir: Path) -> list[str]:
+def sim_worker_command(port: int, model_dir: Path, flags: Sequence[str] = SIM_ZERO_LATENCY_FLAGS) -> list[str]:
+    """A simulated worker; ``flags`` set its engine (default: zero latency, no prefix cache)."""
     return [
         str(bin_dir() / "smg-node"),
         "sim-worker",
         "--host", "127.0.0.1",
         "--port", str(port),
         "--model-path", str(model_dir),
-        *SIM_ZERO_LATENCY_FLAGS,
+        *flags,
         "--log-level", "warning",
     ]  # fmt: skip
 
 
-def node_command(port: int, worker_url: str, model_dir: Path) -> list[str]:
+def _urls(worker_urls: str | Sequence[str]) -> list[str]:
+    return [worker_urls] if isinstance(worker_urls, str) else list(worker_urls)
+
+
+def node_command(port: int, worker_urls: str | Sequence[str], model_dir: Path, extra: Sequence[str] = ()) -> list[str]:
+    """smg-node in front of ``worker_urls``, with ``extra`` flags (a policy, mesh flags) appended."""
+    workers = [arg for url in _urls(worker_urls) for arg in ("--worker", url)]
     return [
         str(bin_dir() / "smg-node"),
         "serve",
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--worker", worker_url,
+        *workers,
         "--model-path", str(model_dir),
         "--log-level", "warning",
+        *extra,
     ]  # fmt: skip
 
 
-def smg_command(port: int, worker_url: str, model_dir: Path) -> list[str]:
+def smg_command(port: int, worker_urls: str | Sequence[str], model_dir: Path, extra: Sequence[str] = ()) -> list[str]:
     """SMG with its defaults, except: the log level matches smg-node's (warnings only); its Prometheus
     listener (default 0.0.0.0:29000) binds loopback on a free port so concurrent runs do not collide; and
     its shutdown grace is 1 s instead of 180 s (it is stopped only once its load is over, and otherwise
@@ -240,7 +248,7 @@ def smg_command(port: int, worker_url: str, model_dir: Path) -> list[str]:
         str(bin_dir() / "smg"),
         "launch",
         "--backend", "vllm",
-        "--worker-urls", worker_url,
+        "--worker-urls", *_urls(worker_urls),
         "--model-path", str(model_dir),
         "--tokenizer-path", str(model_dir),
         "--host", "127.0.0.1",
@@ -249,6 +257,7 @@ def smg_command(port: int, worker_url: str, model_dir: Path) -> list[str]:
         "--prometheus-host", "127.0.0.1",
         "--prometheus-port", str(free_port()),
         "--shutdown-grace-period-secs", "1",
+        *extra,
     ]  # fmt: skip
 
 

@@ -46,9 +46,19 @@ class _Choice(msgspec.Struct):
     delta: _Delta | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int = 0
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The engine's prefix-cache hit, passed through by both gateways (OpenAI's usage.prompt_tokens_details).
+    prompt_tokens_details: _PromptDetails | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        return 0 if self.prompt_tokens_details is None else self.prompt_tokens_details.cached_tokens
 
 
 class _Chunk(msgspec.Struct):
@@ -82,6 +92,7 @@ class Sample:
     latency_s: float
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens (0 when the gateway omits it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +175,10 @@ def _parse(payload: bytes) -> _Chunk:
     return chunk
 
 
-async def stream_chat(session: aiohttp.ClientSession, url: str, body: bytes) -> Sample:
-    """Send one streaming chat request and read it to the end.
+async def stream_chat(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str] | None = None
+) -> Sample:
+    """Send one streaming chat request (with extra ``headers``, if any) and read it to the end.
 
     Raises:
         LoadError: non-200 status or a malformed stream.
@@ -175,7 +188,8 @@ async def stream_chat(session: aiohttp.ClientSession, url: str, body: bytes) -> 
     first = 0.0
     head = b""
     tail = b""
-    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+    sent_headers = {"Content-Type": "application/json", **(headers or {})}
+    async with session.post(url, data=body, headers=sent_headers) as response:
         if response.status != 200:
             text = await response.text()
             raise LoadError(f"HTTP {response.status}: {text[:300]}")
@@ -194,6 +208,7 @@ async def stream_chat(session: aiohttp.ClientSession, url: str, body: bytes) -> 
         latency_s=end - start,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
+        cached_tokens=usage.cached_tokens,
     )
 
 
@@ -257,7 +272,9 @@ async def _get_models(base_url: str, timeout_s: float) -> list[str]:
     return [str(item["id"]) for item in data or () if isinstance(item, dict) and "id" in item]
 
 
-def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    """Run ``coro_fn()`` to completion on a fresh event loop (uvloop when installed)."""
+
     async def main() -> T:
         return await coro_fn()
 
@@ -270,12 +287,12 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
 
 def run_point(load: ChatLoad) -> LoadResult:
     """Run one load point on a fresh event loop (uvloop when installed) and return its samples."""
-    return _run(lambda: _run_point(load))
+    return run_async(lambda: _run_point(load))
 
 
 def served_models(base_url: str, timeout_s: float = 2.0) -> list[str]:
     """Model ids the gateway lists at /v1/models; empty while it is not ready or unreachable."""
     try:
-        return _run(lambda: _get_models(base_url, timeout_s))
+        return run_async(lambda: _get_models(base_url, timeout_s))
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return []

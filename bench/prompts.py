@@ -149,21 +149,23 @@ def build_pool(tokenizer: Tokenizer, overhead_tokens: int, target_tokens: int, c
     bodies: list[str] = []
     measured: list[int] = []
     for index in range(count):
-        rng = random.Random(f"{seed}/{target_tokens}/{index}")
-        stream = sentences(rng)
-        parts: list[str] = []
-        used = 0
-        full = False
-        while not full:
-            batch = [" " + next(stream) for _ in range(32)]
-            for part, encoding in zip(batch, tokenizer.encode_batch(batch, add_special_tokens=False), strict=True):
-                size = len(encoding.ids)
-                if parts and used + size > budget:
-                    full = True  # the next sentence would overshoot: stop just below the target
-                    break
-                parts.append(part)
-                used += size
-        body = "".join(parts)
+        body = sized_text(tokenizer, random.Random(f"{seed}/{target_tokens}/{index}"), budget)
         bodies.append(body)
         measured.append(fixed + len(tokenizer.encode(body, add_special_tokens=False).ids))
     return PromptPool(target_tokens=target_tokens, bodies=tuple(bodies), prompt_tokens=tuple(measured))
+
+
+def sized_text(tokenizer: Tokenizer, rng: random.Random, budget: int) -> str:
+    """Whole sentences drawn with ``rng``, each with a leading space, adding up to at most ``budget`` tokens
+    (at least one sentence, even if it alone is longer)."""
+    stream = sentences(rng)
+    parts: list[str] = []
+    used = 0
+    while True:
+        batch = [" " + next(stream) for _ in range(32)]
+        for part, encoding in zip(batch, tokenizer.encode_batch(batch, add_special_tokens=False), strict=True):
+            size = len(encoding.ids)
+            if parts and used + size > budget:
+                return "".join(parts)  # the next sentence would overshoot: stop just below the target
+            parts.append(part)
+            used += size

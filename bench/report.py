@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
+import os
+import platform
 import statistics
+import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
 
 from bench.load import LoadResult
+
+REPO_DIR = Path(__file__).resolve().parent.parent
 
 NODE = "smg-node"
 SMG = "SMG"
@@ -100,13 +108,21 @@ def measure(result: LoadResult, max_tokens: int, cpu: CpuUse, gateway_rss_bytes:
     )
 
 
-def median_metrics(runs: Iterable[Metrics]) -> Metrics:
-    items = list(runs)
-    values = {}
-    for f in fields(Metrics):
-        column = [getattr(m, f.name) for m in items if not math.isnan(getattr(m, f.name))]
+D = TypeVar("D")
+
+
+def median_fields(cls: type[D], items: Iterable[D]) -> D:
+    """The field-by-field median of dataclass instances whose fields are all numbers (NaNs left out)."""
+    rows = list(items)
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        column = [getattr(row, f.name) for row in rows if not math.isnan(getattr(row, f.name))]
         values[f.name] = statistics.median(column) if column else math.nan
-    return Metrics(**values)
+    return cls(**values)
+
+
+def median_metrics(runs: Iterable[Metrics]) -> Metrics:
+    return median_fields(Metrics, runs)
 
 
 def summarize(runs: Sequence[PointRun]) -> dict[tuple[str, Point], Metrics]:
@@ -116,13 +132,15 @@ def summarize(runs: Sequence[PointRun]) -> dict[tuple[str, Point], Metrics]:
     return {key: median_metrics(group) for key, group in groups.items()}
 
 
-def _fmt(value: float, digits: int = 1) -> str:
+def fmt(value: float, digits: int = 1) -> str:
+    """A table cell: thousands separators, ``digits`` decimals, an em dash for NaN."""
     if math.isnan(value):
         return "—"
     return f"{value:,.{digits}f}"
 
 
-def _ratio(a: float, b: float) -> float:
+def ratio(a: float, b: float) -> float:
+    """a / b, NaN when either is NaN or b is 0."""
     if math.isnan(a) or math.isnan(b) or b == 0:
         return math.nan
     return a / b
@@ -144,20 +162,20 @@ def metrics_table(summary: dict[tuple[str, Point], Metrics], gateways: Sequence[
                 f"{point.prompt_tokens}/{point.output_tokens}",
                 str(point.concurrency),
                 gateway,
-                _fmt(m.req_s),
-                _fmt(m.out_tok_s, 0),
-                _fmt(m.ttft_p50_ms, 2),
-                _fmt(m.ttft_p99_ms, 2),
-                _fmt(m.latency_p50_ms, 2),
-                _fmt(m.latency_p99_ms, 2),
-                _fmt(m.gateway_cpu_ms_per_req, 2),
-                _fmt(m.worker_cpu_ms_per_req, 2),
-                _fmt(m.loadgen_cpu_pct, 0),
-                _fmt(m.other_cpu_pct, 0),
-                _fmt(m.gateway_rss_mb, 0),
-                _fmt(m.requests, 0),
-                _fmt(m.errors, 0),
-                _fmt(m.wrong_token_counts, 0),
+                fmt(m.req_s),
+                fmt(m.out_tok_s, 0),
+                fmt(m.ttft_p50_ms, 2),
+                fmt(m.ttft_p99_ms, 2),
+                fmt(m.latency_p50_ms, 2),
+                fmt(m.latency_p99_ms, 2),
+                fmt(m.gateway_cpu_ms_per_req, 2),
+                fmt(m.worker_cpu_ms_per_req, 2),
+                fmt(m.loadgen_cpu_pct, 0),
+                fmt(m.other_cpu_pct, 0),
+                fmt(m.gateway_rss_mb, 0),
+                fmt(m.requests, 0),
+                fmt(m.errors, 0),
+                fmt(m.wrong_token_counts, 0),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -193,10 +211,10 @@ TARGETS = (
 
 def _check(target: Target, node: Metrics, smg: Metrics) -> tuple[float, bool]:
     if target.metric == "cpu":
-        value = _ratio(node.gateway_cpu_ms_per_req, smg.gateway_cpu_ms_per_req)
+        value = ratio(node.gateway_cpu_ms_per_req, smg.gateway_cpu_ms_per_req)
         return value, value <= target.bound
     if target.metric == "throughput":
-        value = _ratio(node.out_tok_s, smg.out_tok_s)
+        value = ratio(node.out_tok_s, smg.out_tok_s)
         return value, value >= target.bound
     value = node.ttft_p50_ms - smg.ttft_p50_ms
     return value, value <= target.bound
@@ -219,13 +237,13 @@ def ratio_table(summary: dict[tuple[str, Point], Metrics]) -> str:
                 verdicts.append(("✅ " if ok else "❌ ") + target.name)
         lines.append(
             f"| {point.prompt_tokens}/{point.output_tokens} | {point.concurrency} "
-            f"| {_fmt(_ratio(node.req_s, smg.req_s), 2)} | {_fmt(_ratio(node.out_tok_s, smg.out_tok_s), 2)} "
-            f"| {_fmt(_ratio(node.ttft_p50_ms, smg.ttft_p50_ms), 2)} "
-            f"| {_fmt(node.ttft_p50_ms - smg.ttft_p50_ms, 2)} "
-            f"| {_fmt(_ratio(node.ttft_p99_ms, smg.ttft_p99_ms), 2)} "
-            f"| {_fmt(_ratio(node.latency_p50_ms, smg.latency_p50_ms), 2)} "
-            f"| {_fmt(_ratio(node.latency_p99_ms, smg.latency_p99_ms), 2)} "
-            f"| {_fmt(_ratio(node.gateway_cpu_ms_per_req, smg.gateway_cpu_ms_per_req), 2)} "
+            f"| {fmt(ratio(node.req_s, smg.req_s), 2)} | {fmt(ratio(node.out_tok_s, smg.out_tok_s), 2)} "
+            f"| {fmt(ratio(node.ttft_p50_ms, smg.ttft_p50_ms), 2)} "
+            f"| {fmt(node.ttft_p50_ms - smg.ttft_p50_ms, 2)} "
+            f"| {fmt(ratio(node.ttft_p99_ms, smg.ttft_p99_ms), 2)} "
+            f"| {fmt(ratio(node.latency_p50_ms, smg.latency_p50_ms), 2)} "
+            f"| {fmt(ratio(node.latency_p99_ms, smg.latency_p99_ms), 2)} "
+            f"| {fmt(ratio(node.gateway_cpu_ms_per_req, smg.gateway_cpu_ms_per_req), 2)} "
             f"| {'<br>'.join(verdicts)} |"
         )
     return "\n".join(lines)
@@ -240,3 +258,67 @@ def run_record(run: PointRun) -> dict[str, object]:
         "metrics": {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(run.metrics).items()},
         "errors": list(run.errors),
     }
+
+
+# --- the environment a run was measured in, and RESULTS.md blocks ---
+
+
+def package_version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_DIR), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return rev + (" (with uncommitted changes)" if dirty else "")
+
+
+def versions_line() -> str:
+    return (
+        f"smg-node {package_version('smg-node')} (git {git_revision()}), SMG {package_version('smg')}, "
+        f"Python {platform.python_version()}, aiohttp {package_version('aiohttp')}, "
+        f"tokenizers {package_version('tokenizers')}"
+    )
+
+
+def machine_line() -> str:
+    return f"{os.cpu_count()} cores ({cpu_model()}), Linux {platform.release()}"
+
+
+def write_block(path: Path, begin: str, end: str, block: str, heading: str) -> None:
+    """Replace the text between the ``begin`` and ``end`` marker lines of ``path`` with ``block`` (prose
+    outside the markers is kept). Without the markers, append ``heading`` and the marked block; without the
+    file, create it."""
+    generated = f"{begin}\n{block}{end}"
+    if path.exists():
+        text = path.read_text("utf-8")
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            tail = rest.split(end, 1)[1]
+            path.write_text(head + generated + tail, "utf-8")
+            return
+        path.write_text(text.rstrip("\n") + f"\n\n{heading}\n\n{generated}\n", "utf-8")
+        return
+    path.write_text(f"{heading}\n\n{generated}\n", "utf-8")

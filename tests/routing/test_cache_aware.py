@@ -6,7 +6,7 @@ from node.routing.cache_aware import CacheAware
 from node.routing.kv_events import BlocksStored, CacheCleared, KvEventBatch, StoredBlock
 from node.routing.kv_index import KvIndex
 from node.routing.policy import RouteRequest
-from tests.routing.helpers import FakeWorker, prompt, route, workers
+from tests.routing.helpers import FakeWorker, prompt, report, route, workers
 
 SYSTEM = list(range(700_000, 700_512))  # 32 pages every conversation shares
 
@@ -93,3 +93,17 @@ def test_a_departed_worker_is_forgotten() -> None:
     home = route(p, pool, RouteRequest(conversation))
     p.on_workers_changed([w.url for w in pool if w is not home])
     assert p.tree.pages_of(home.url) == 0
+
+
+def test_finished_requests_never_make_a_pool_look_imbalanced() -> None:
+    # Loads reported once, idle, and never again; the popular prompt's home has been sent 100 requests since,
+    # all finished. It is not overloaded: the next turn still goes home.
+    pool = workers(3)
+    for w in pool:
+        w.load = report(0, 0, at=0.0)
+    p = policy()
+    conversation = prompt(1, 2000)
+    home = route(p, pool, RouteRequest(conversation, now_s=1.0))
+    for t in range(100):
+        assert route(p, pool, RouteRequest(conversation, now_s=2.0 + t / 10)) is home
+    assert p.select(pool, RouteRequest(conversation, now_s=20.0)) is home

@@ -28,3 +28,15 @@ def test_loads_are_compared_on_one_basis() -> None:
     assert request_loads([a, b], credit, 2.0, 30.0) == [8.0, 2.0]
     b.load = None
     assert request_loads([a, b], credit, 2.0, 30.0) == [1.0, 4.0]
+
+
+def test_credit_counts_only_requests_still_open_so_a_frozen_report_is_no_running_total() -> None:
+    # Reports sampled at 0 and never refreshed (a KV-event stream replaced the polls but carries no loads):
+    # 90 requests went to a and 10 to b since, and all but 2 and 1 of them have finished.
+    credit = DispatchCredit()
+    a = FakeWorker("a", in_flight=2, load=report(0, 0, at=0.0))
+    b = FakeWorker("b", in_flight=1, load=report(0, 0, at=0.0))
+    for i in range(100):
+        credit.record("a" if i % 10 else "b", 1.0 + i / 10, 500)
+    assert request_loads([a, b], credit, 12.0, 30.0) == [2.0, 1.0]
+    assert not is_imbalanced(request_loads([a, b], credit, 12.0, 30.0), 64, 1.5)
