@@ -44,6 +44,7 @@ class Worker:
     info: ModelInfo | None = None
     load: LoadView | None = None
     kv_events: str = "unknown"  # unknown | streaming | unsupported | retrying
+    stream_loads: bool = False  # its KV-event stream carries load records (then GetLoads polls are skipped)
     last_error: str = field(default="")
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -281,7 +282,7 @@ class WorkerPool:
             if ok and worker.info is None:
                 worker.info = await worker.client.model_info(timeout_s=timeout)
                 self._model_info_ready.set()
-            if ok and worker.kv_events != "streaming":  # the stream's load records are fresher than a poll
+            if ok and not (worker.kv_events == "streaming" and worker.stream_loads):  # those are fresher
                 load = await worker.client.loads(timeout_s=timeout)
                 if load is not None:
                     self._set_load(worker, load)
@@ -316,6 +317,7 @@ class WorkerPool:
                     worker.kv_events = "streaming"
                     pause = KV_RETRY_MIN_S
                     if load is not None:
+                        worker.stream_loads = True
                         self._set_load(worker, load)
                     if batch is not None and isinstance(index.apply(worker.url, batch), Resubscribe):
                         log.info("KV events of %s skipped batches: resubscribing", worker.url)

@@ -220,3 +220,30 @@ async def test_registry_and_health_are_shared_over_the_mesh(llama3_model_dir: Pa
 
 async def _has(base: str, urls: set[str]) -> bool:
     return set(await _workers(base)) == urls
+
+
+async def test_loads_stay_fresh_when_the_kv_event_stream_carries_none(llama3_model_dir: Path) -> None:
+    """The simulated engine's KV-event stream has no load records: polls must go on, or the load freezes."""
+    from node.routing.config import RoutingConfig
+
+    async with contextlib.AsyncExitStack() as stack:
+        sim = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir, tpot_ms=50.0)))
+        config = node_config(llama3_model_dir, [sim.port], RoutingConfig(policy="cache_aware"))
+        node = await stack.enter_async_context(run_node(_fast(config, [sim.port])))
+
+        async def streaming() -> bool:
+            return (await _workers(node.url))[f"grpc://127.0.0.1:{sim.port}"]["kv_events"] == "streaming"
+
+        warm = {"model": node.model.name, "messages": [{"role": "user", "content": "cache me " * 20}], "max_tokens": 1}
+        assert (await _call("POST", node.url + "/v1/chat/completions", json=warm))[0] == 200  # blocks stored: events
+        await _until(streaming)
+        body = {"model": node.model.name, "messages": [{"role": "user", "content": "x"}], "max_tokens": 60}
+        body["ignore_eos"] = True  # type: ignore[assignment]
+        busy = asyncio.create_task(_call("POST", node.url + "/v1/chat/completions", json=body))
+
+        async def running() -> bool:
+            load = (await _workers(node.url))[f"grpc://127.0.0.1:{sim.port}"]["load"]
+            return load is not None and load["running"] == 1
+
+        await _until(running, timeout_s=2.5)  # 60 tokens at 50 ms: the request runs ~3 s
+        assert (await busy)[0] == 200
