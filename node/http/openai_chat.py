@@ -12,7 +12,7 @@ from node.errors import GatewayError, InvalidRequest
 from node.http import openai_common as common
 from node.http.errors import error_object, read_json
 from node.http.openai_types import ChatCompletionRequest, ChatMessage
-from node.http.sse import DONE, ChunkFrames, frame, open_stream
+from node.http.sse import ChunkFrames, SseStream, frame, open_stream
 from node.pipeline.generate import GenerateSpec, Generation, TextDelta
 from node.pipeline.template import TemplateError
 
@@ -197,8 +197,9 @@ class ChatCompletions(common.GenerationApi):
             # cannot be reached is a plain HTTP error, not a broken stream.
             first = await anext(deltas, None)
             resp = await open_stream(request)
+            out = SseStream(resp)
             for i in range(req.n):
-                await resp.write(
+                out.add(
                     frames.with_choice(
                         {
                             "index": i,
@@ -208,20 +209,27 @@ class ChatCompletions(common.GenerationApi):
                         }
                     )
                 )
+            open_choices = req.n
             try:
                 batch = first
                 while batch is not None:
                     for d in batch:
-                        await resp.write(self._frame(frames, d, req.logprobs, top_n))
+                        out.add(self._frame(frames, d, req.logprobs, top_n))
+                        if d.finish_reason is not None:
+                            open_choices -= 1
+                    if open_choices:
+                        await out.flush()
+                    # else every choice has ended: the generator ends without waiting for the worker, and
+                    # these frames go out with the usage chunk and [DONE] in the closing write.
                     batch = await anext(deltas, None)
             except GatewayError as exc:
-                await resp.write(frame({"error": error_object(exc)}))
-                await resp.write(DONE)
+                out.add(frame({"error": error_object(exc)}))
+                await out.close()
                 return resp
         self._on_usage(gen.usage)
         if include_usage:
-            await resp.write(frames.usage(common.usage_dict(gen.usage)))
-        await resp.write(DONE)
+            out.add(frames.usage(common.usage_dict(gen.usage)))
+        await out.close()
         return resp
 
     def _frame(self, frames: ChunkFrames, d: TextDelta, want_logprobs: bool, top_n: int) -> bytes:

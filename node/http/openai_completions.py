@@ -15,7 +15,7 @@ from node.errors import GatewayError, InvalidRequest
 from node.http import openai_common as common
 from node.http.errors import error_object, read_json
 from node.http.openai_types import CompletionRequest
-from node.http.sse import DONE, ChunkFrames, frame, open_stream
+from node.http.sse import ChunkFrames, SseStream, frame, open_stream
 from node.pipeline.generate import GenerateSpec, Generation, TextDelta, Usage
 from node.pipeline.served_model import ServedModel
 
@@ -232,9 +232,11 @@ class Completions(common.GenerationApi):
         async with contextlib.aclosing(_merge(gens)) as merged:
             first = await anext(merged, None)  # errors before the first token stay plain HTTP errors
             resp = await open_stream(request)
+            out = SseStream(resp)
             if req.echo:
                 for c in range(n * len(gens)):
-                    await resp.write(frames.completion_text(c, self._echo(prompts[c // n])))
+                    out.add(frames.completion_text(c, self._echo(prompts[c // n])))
+            open_choices = n * len(gens)
             try:
                 item = first
                 while item is not None:
@@ -242,9 +244,9 @@ class Completions(common.GenerationApi):
                     for d in batch:
                         index = k * n + d.index
                         if d.finish_reason is None and req.logprobs is None:
-                            await resp.write(frames.completion_text(index, d.text))
+                            out.add(frames.completion_text(index, d.text))
                             continue
-                        await resp.write(
+                        out.add(
                             frames.with_choice(
                                 {
                                     "index": index,
@@ -254,14 +256,19 @@ class Completions(common.GenerationApi):
                                 }
                             )
                         )
+                        if d.finish_reason is not None:
+                            open_choices -= 1
+                    if open_choices:
+                        await out.flush()
+                    # else every choice has ended: what is left goes out with [DONE] in the closing write.
                     item = await anext(merged, None)
             except GatewayError as exc:
-                await resp.write(frame({"error": error_object(exc)}))
-                await resp.write(DONE)
+                out.add(frame({"error": error_object(exc)}))
+                await out.close()
                 return resp
         usage = self._usage(gens)
         self._on_usage(usage)
         if include_usage:
-            await resp.write(frames.usage(common.usage_dict(usage)))
-        await resp.write(DONE)
+            out.add(frames.usage(common.usage_dict(usage)))
+        await out.close()
         return resp

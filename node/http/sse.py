@@ -1,12 +1,13 @@
 """Server-sent events as OpenAI streams them: `data: <json>\\n\\n` frames, ending with `data: [DONE]`.
 
 Content frames are the hot path (one per token or chunk): they are built from precomputed byte prefixes and a
-JSON-encoded string, without building a dict per token.
+JSON-encoded string, without building a dict per token. `SseStream` sends the frames that are ready together
+in one transport write (each write is a send syscall, on loopback also the receiver's TCP path).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
@@ -23,6 +24,53 @@ SSE_HEADERS = {
 
 def frame(obj: Any) -> bytes:
     return b"data: " + _ENCODE(obj) + b"\n\n"
+
+
+class BodyWriter(Protocol):
+    """The slice of `web.StreamResponse` a stream writes through (after `prepare`)."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def write_eof(self, data: bytes = b"") -> None: ...
+
+
+class SseStream:
+    """Frames of one response, sent with as few writes as latency allows.
+
+    Invariants: bytes go out in the order they were added, exactly as one write per frame would send them;
+    nothing added is held back waiting for frames still to come: the caller `flush`es once it has added what
+    is ready now (one write for all of it), except when it knows the stream is over, where `close` sends the
+    rest, the final frames and the end of the body (the chunked terminator) in one write.
+
+    ``write`` raises ConnectionResetError (aiohttp's ClientConnectionResetError) once the client is gone;
+    the caller lets it propagate, which closes the generation and aborts the worker request.
+    """
+
+    __slots__ = ("_pending", "_resp")
+
+    def __init__(self, resp: BodyWriter) -> None:
+        self._resp = resp
+        self._pending: list[bytes] = []
+
+    def add(self, frame_bytes: bytes) -> None:
+        self._pending.append(frame_bytes)
+
+    async def flush(self) -> None:
+        """Write everything added since the last write (nothing if nothing was)."""
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        await self._resp.write(data)
+
+    async def close(self, tail: bytes = DONE) -> None:
+        """Write what is pending, then ``tail``, and end the body: one write."""
+        pending = self._pending
+        pending.append(tail)
+        data = b"".join(pending)
+        pending.clear()
+        await self._resp.write_eof(data)
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:

@@ -256,7 +256,7 @@ class Generation:
             # vLLM's servicer ends each streamed choice with a chunk and then a final message repeating that
             # chunk's ids (its output kind is DELTA): they are not new.
             start = len(ids)
-        new_ids = list(ids[start:])
+        new_ids = list(ids) if start == 0 else []
         choice.seen += len(new_ids)
         logprobs = _logprob_entries(out.logprobs, start, len(new_ids)) if self._spec.params.logprobs is not None else []
         deltas: list[TextDelta] = []
@@ -284,8 +284,10 @@ class Generation:
         # As in vLLM's stop checker, nothing ends an answer before min_tokens (the engine masks EOS and
         # stop_token_ids until then; stop strings are not matched until then either).
         armed = choice.consumed + len(ids) > self._spec.params.min_tokens
-        terminators = self._spec.terminators if armed else frozenset()
-        cut = next((k for k, t in enumerate(ids) if t in terminators), None)
+        terminators = self._spec.terminators
+        cut: int | None = None
+        if armed and not terminators.isdisjoint(ids):  # a set test in C first: the generator costs per token
+            cut = next(k for k, t in enumerate(ids) if t in terminators)
         if cut is not None:
             # The terminator counts as generated (as engines count EOS) but is not part of the text.
             choice.consumed += cut + 1

@@ -31,6 +31,7 @@ _CHANNEL_OPTIONS = (
     # Each node keeps its own channel per worker; let several node processes share nothing by accident.
     ("grpc.use_local_subchannel_pool", 1),
 )
+_EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (grpc-stubs lacks it) what read() returns at the end
 
 
 def _sampling_params(p: SamplingParams) -> Any:
@@ -149,7 +150,8 @@ class VllmGrpcClient:
             msg.kv_transfer_params_json = request.kv_transfer_params_json
         call = self._stub.Generate(msg)
         try:
-            async for resp in call:
+            # read() rather than `async for`: one async-generator layer less per message on the hot path.
+            while (resp := await call.read()) is not _EOF:
                 yield _output(resp)
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(self._url, "Generate", exc) from exc
