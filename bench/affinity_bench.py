@@ -1,6 +1,6 @@
 """Cache affinity across gateways (issue 5): the multi-turn workload with each turn sent to a random gateway.
 
-    .venv/bin/python -m bench.affinity_bench                       # single, independent, smg (1 repetition)
+    .venv/bin/python -m bench.affinity_bench                       # single, independent, smg, mesh (1 repetition)
     .venv/bin/python -m bench.affinity_bench --variants single,independent --gateways-per-variant 3
     .venv/bin/python -m bench.affinity_bench --quick               # short runs, smg-node variants only
 
@@ -15,9 +15,8 @@ different gateways. Variants:
 - ``single``: one smg-node, every request to it: the upper bound of what cache affinity can reach;
 - ``independent``: N smg-node processes, no mesh: each knows only what it routed itself;
 - ``smg``: N SMG gateways, independent (SMG has no shared index between gateways);
-- ``mesh``: N smg-node processes in one mesh (``--mesh-bind``/``--join``), so cluster state can share what
-  each node learned. HOOK for issue 5: the commands are built here, but what the mesh shares is being
-  written now; not in the default list until the cluster-state integration lands.
+- ``mesh``: N smg-node processes in one mesh (``--mesh-bind``/``--join``): cache_aware shares compact hints of
+  its routing decisions (prefix hash, pages, worker) with the other nodes, so each routes on what all learned.
 
 Reported per variant: the workers' prefix hit ratio (usage.prompt_tokens_details.cached_tokens over
 usage.prompt_tokens, the engines' own count), TTFT and end-to-end percentiles, and each variant's hit ratio
@@ -50,7 +49,7 @@ from bench.report import NODE, SMG, fmt, ratio
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT_DIR = BENCH_DIR / "out"
 VARIANTS = ("single", "independent", "smg", "mesh")
-DEFAULT_VARIANTS = ("single", "independent", "smg")
+DEFAULT_VARIANTS = VARIANTS
 UPPER_BOUND = "single"
 TARGET_MESH_VS_SINGLE = 0.95
 
@@ -74,7 +73,7 @@ def smg(count: int) -> list[GatewaySpec]:
 
 
 def mesh(count: int) -> list[GatewaySpec]:
-    """HOOK (issue 5): N smg-node processes joined into one mesh; node 0 is the seed the others join.
+    """N smg-node processes joined into one mesh; node 0 is the seed the others join.
 
     Loopback timing profile; ports picked now (a race with other processes is possible but unlikely).
     """
