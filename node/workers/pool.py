@@ -157,6 +157,7 @@ class WorkerPool:
         for wid, spec in specs.items():
             existing = self._workers.get(wid)
             if existing is not None:
+                changed = changed or existing.spec.role != spec.role  # it moves to another role's policy
                 existing.spec = spec
                 continue
             worker = Worker(spec=spec, client=self._client_factory(spec.url))
