@@ -59,7 +59,7 @@ def _bound_port(runner: web.AppRunner) -> int:
 
 @contextlib.asynccontextmanager
 async def run_node(
-    config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] = VllmGrpcClient
+    config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
     async with contextlib.AsyncExitStack() as stack:
@@ -101,7 +101,8 @@ async def run_node(
         }
         pool = WorkerPool(
             config.workers,
-            client_factory=client_factory,
+            client_factory=client_factory
+            or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
             policy=policy,
             supervisor=supervisor,
             kv_index=kv_index,

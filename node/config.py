@@ -17,6 +17,9 @@ from node.routing.config import RoutingConfig
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
+#: How Generate streams are read: "h2" = our own HTTP/2 reader (node/workers/h2_generate.py), "grpc" = grpc.aio.
+GenerateTransport = Literal["h2", "grpc"]
+DEFAULT_GENERATE_TRANSPORT: GenerateTransport = "h2"
 
 
 def _positive(name: str, value: float) -> None:
@@ -116,6 +119,13 @@ class WorkerPoolConfig:
         default=10.0, metadata={"help": "how long serve waits for a first worker's GetModelInfo at start"}
     )
     abort_timeout_s: float = field(default=2.0, metadata={"help": "deadline of an Abort RPC to a worker"})
+    generate_transport: GenerateTransport = field(
+        default=DEFAULT_GENERATE_TRANSPORT,
+        metadata={
+            "help": "how Generate streams are read: h2 (our HTTP/2 reader, less CPU per token) or grpc (grpc.aio); "
+            "every other RPC uses grpc.aio"
+        },
+    )
 
     def __post_init__(self) -> None:
         for url in (*self.workers, *self.prefill_workers, *self.decode_workers):

@@ -1,7 +1,9 @@
 """WorkerClient over the published engine contract `vllm.grpc.engine.VllmEngine` (PyPI: smg-grpc-proto).
 
 Protobuf messages are untyped; they are built and read only in this module, so `Any` stops here.
-One channel per worker is reused by every request (HTTP/2 multiplexing).
+One channel per worker is reused by every request (HTTP/2 multiplexing). Generate streams are read either
+through that channel or, by default, through our own HTTP/2 connection (``node.workers.h2_generate``: a
+fraction of grpc.aio's CPU per streamed message); every other RPC stays on grpc.aio.
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 
-from node.config import parse_worker_url
+from node.config import DEFAULT_GENERATE_TRANSPORT, GenerateTransport, parse_worker_url
 from node.errors import KvEventsUnsupported, WorkerFailed
 from node.routing.kv_events import KvEventBatch
+from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
 
@@ -31,6 +35,7 @@ _CHANNEL_OPTIONS = (
     # Each node keeps its own channel per worker; let several node processes share nothing by accident.
     ("grpc.use_local_subchannel_pool", 1),
 )
+_GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (grpc-stubs lacks it) what read() returns at the end
 
 
@@ -104,13 +109,22 @@ def _rpc_error(url: str, what: str, exc: grpc.aio.AioRpcError) -> WorkerFailed:
     return WorkerFailed(f"worker {url}: {what} failed: {exc.code().name}: {exc.details() or ''}".rstrip(": "))
 
 
+def _call_error(url: str, what: str, exc: CallFailed) -> WorkerFailed:
+    """The same message as ``_rpc_error`` for the same status, whichever transport carried the call."""
+    return WorkerFailed(f"worker {url}: {what} failed: {exc.status.name}: {exc.status.message}".rstrip(": "))
+
+
 class VllmGrpcClient:
     """WorkerClient for a worker speaking VllmEngine (vLLM's gRPC servicer, or our simulated engine)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, generate_transport: GenerateTransport = DEFAULT_GENERATE_TRANSPORT) -> None:
         self._url = url
-        self._channel = grpc.aio.insecure_channel(parse_worker_url(url), options=_CHANNEL_OPTIONS)
+        target = parse_worker_url(url)
+        self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = pb_grpc.VllmEngineStub(self._channel)
+        self._h2 = (
+            H2GenerateChannel(target, max_message_bytes=MAX_MESSAGE_BYTES) if generate_transport == "h2" else None
+        )
 
     @property
     def url(self) -> str:
@@ -140,6 +154,16 @@ class VllmGrpcClient:
         return bool(r.healthy)
 
     async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
+        batches = self.generate_batches(request)
+        try:
+            async for batch in batches:
+                for out in batch:
+                    yield out
+        finally:
+            await batches.aclose()
+
+    async def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[list[WorkerOutput], None]:
+        """Generate's messages, every message that arrived together as one list (always one with grpc.aio)."""
         msg = pb.GenerateRequest(
             request_id=request.request_id,
             tokenized=pb.TokenizedInput(input_ids=request.prompt_ids),
@@ -148,11 +172,24 @@ class VllmGrpcClient:
         )
         if request.kv_transfer_params_json is not None:
             msg.kv_transfer_params_json = request.kv_transfer_params_json
+        if self._h2 is not None:
+            calls = self._h2.call(_GENERATE_PATH, msg.SerializeToString())
+            parse = pb.GenerateResponse.FromString
+            try:
+                async for batch in calls:
+                    yield [_output(parse(data)) for data in batch]
+            except CallFailed as exc:
+                raise _call_error(self._url, "Generate", exc) from exc
+            except DecodeError as exc:  # what grpc.aio reports as INTERNAL for an unparsable message
+                raise WorkerFailed(f"worker {self._url}: Generate failed: INTERNAL: {exc}") from exc
+            finally:
+                await calls.aclose()  # early exit: RST_STREAM now; the caller also sends Abort
+            return
         call = self._stub.Generate(msg)
         try:
             # read() rather than `async for`: one async-generator layer less per message on the hot path.
             while (resp := await call.read()) is not _EOF:
-                yield _output(resp)
+                yield [_output(resp)]
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(self._url, "Generate", exc) from exc
         finally:
@@ -199,4 +236,6 @@ class VllmGrpcClient:
             raise _rpc_error(self._url, "Abort", exc) from exc
 
     async def close(self) -> None:
+        if self._h2 is not None:
+            await self._h2.close()
         await self._channel.close(grace=None)

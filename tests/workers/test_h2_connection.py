@@ -1,0 +1,204 @@
+"""The sans-IO HTTP/2 + gRPC core, without sockets or a loop: a scripted peer feeds it bytes."""
+
+from __future__ import annotations
+
+import hpack
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node.workers import h2_frames as f
+from node.workers.grpc_wire import CANCELLED, INTERNAL, UNAVAILABLE, MessageReader, encode_message, status_of
+from node.workers.h2_connection import H2Connection, Stream
+
+BLOCK = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(":method", "POST")])
+
+
+def _ready(settings: dict[int, int] | None = None) -> H2Connection:
+    conn = H2Connection(max_message_bytes=1 << 20)
+    conn.initiate()
+    assert conn.data_to_send().startswith(f.PREFACE)
+    conn.receive_data(f.settings_frame(settings or {}))
+    assert conn.ready
+    assert _frames(conn.data_to_send()) == [f.Frame(f.SETTINGS, f.FLAG_ACK, 0, b"")]
+    return conn
+
+
+def _frames(data: bytes) -> list[f.Frame]:
+    return f.FrameReader(1 << 24).feed(data)
+
+
+def _headers(stream_id: int, fields: list[tuple[str, str]], *, end: bool, encoder: hpack.Encoder) -> bytes:
+    flags = f.FLAG_END_HEADERS | (f.FLAG_END_STREAM if end else 0)
+    return f.frame(f.HEADERS, flags, stream_id, encoder.encode(fields))
+
+
+def _response(stream_id: int, messages: list[bytes], encoder: hpack.Encoder, status: int = 0) -> bytes:
+    out = _headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")], end=False, encoder=encoder)
+    out += f.frame(f.DATA, 0, stream_id, b"".join(encode_message(m) for m in messages))
+    trailers = [("grpc-status", str(status)), ("grpc-message", "bad%20prompt")]
+    return out + _headers(stream_id, trailers, end=True, encoder=encoder)
+
+
+@given(
+    messages=st.lists(st.binary(max_size=300), min_size=1, max_size=8),
+    cuts=st.lists(st.integers(min_value=1, max_value=64), max_size=40),
+    padded=st.booleans(),
+)
+def test_messages_and_status_are_the_same_whatever_the_chunk_boundaries(
+    messages: list[bytes], cuts: list[int], padded: bool
+) -> None:
+    conn = _ready()
+    stream = conn.open_stream(BLOCK, encode_message(b"req"))
+    encoder = hpack.Encoder()
+    wire = _headers(1, [(":status", "200")], end=False, encoder=encoder)
+    for m in messages:  # one DATA frame per message, some padded; gRPC messages may also span frames
+        payload = encode_message(m)
+        if padded:
+            wire += f.frame(f.DATA, f.FLAG_PADDED, 1, bytes((3,)) + payload + b"\0\0\0")
+        else:
+            half = len(payload) // 2
+            wire += f.frame(f.DATA, 0, 1, payload[:half]) + f.frame(f.DATA, 0, 1, payload[half:])
+    wire += _headers(1, [("grpc-status", "0")], end=True, encoder=encoder)
+    got: list[bytes] = []
+    pos = 0
+    for cut in [*cuts, len(wire)]:
+        conn.receive_data(wire[pos : pos + cut])
+        pos += cut
+        got += stream.messages
+        stream.messages = []
+        if pos >= len(wire):
+            break
+    assert got == messages
+    assert stream.ended
+    assert stream.status is not None
+    assert stream.status.code == 0
+
+
+@given(data=st.binary(max_size=2000), cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=20))
+def test_frame_reader_is_chunk_boundary_invariant(data: bytes, cuts: list[int]) -> None:
+    frames = [f.frame(f.DATA, i % 2, i, data[i * 7 : i * 7 + 50]) for i in range(1, 10)]
+    wire = b"".join(frames)
+    whole = f.FrameReader().feed(wire)
+    reader = f.FrameReader()
+    pieces: list[f.Frame] = []
+    pos = 0
+    for cut in cuts:
+        pieces += reader.feed(wire[pos : pos + cut])
+        pos += cut
+    pieces += reader.feed(wire[pos:])
+    assert pieces == whole
+    assert len(whole) == 9
+
+
+def test_message_reader_rejects_compressed_and_oversized_messages() -> None:
+    reader = MessageReader(10)
+    out: list[bytes] = []
+    reader.feed(encode_message(b"0123456789"), out)
+    assert out == [b"0123456789"]
+    for bad in (b"\x01" + encode_message(b"x")[1:], encode_message(b"x" * 11)):
+        try:
+            MessageReader(10).feed(bad, [])
+        except Exception as exc:
+            assert "compressed" in str(exc) or "bound" in str(exc)
+        else:
+            raise AssertionError("accepted")
+
+
+def test_a_non_ok_status_and_its_percent_encoded_message() -> None:
+    conn = _ready()
+    stream = conn.open_stream(BLOCK, encode_message(b"req"))
+    changed = conn.receive_data(_response(1, [b"a"], hpack.Encoder(), status=3))
+    assert changed == [stream]
+    assert stream.messages == [b"a"]
+    assert stream.status is not None
+    assert (stream.status.name, stream.status.message) == ("INVALID_ARGUMENT", "bad prompt")
+
+
+def test_trailers_only_and_http_errors() -> None:
+    assert status_of([(":status", "200"), ("grpc-status", "14")], http_status=None).code == UNAVAILABLE  # type: ignore[union-attr]
+    assert status_of([(":status", "503")], http_status=None).code == UNAVAILABLE  # type: ignore[union-attr]
+    assert status_of([(":status", "404")], http_status=None).name == "UNIMPLEMENTED"  # type: ignore[union-attr]
+    conn = _ready()
+    stream = conn.open_stream(BLOCK, encode_message(b"req"))
+    conn.receive_data(_headers(1, [(":status", "200"), ("grpc-status", "12")], end=True, encoder=hpack.Encoder()))
+    assert stream.ended
+    assert stream.status is not None
+    assert stream.status.name == "UNIMPLEMENTED"
+
+
+def test_a_large_request_waits_for_window_updates_and_respects_the_frame_size() -> None:
+    conn = _ready({f.SETTINGS_INITIAL_WINDOW_SIZE: 1000, f.SETTINGS_MAX_FRAME_SIZE: 16_384})
+    body = encode_message(bytes(200_000))
+    conn.open_stream(BLOCK, body)
+    sent = [fr for fr in _frames(conn.data_to_send()) if fr.kind == f.DATA]
+    assert sum(len(fr.payload) for fr in sent) == 1000  # the stream window, below the connection's 65,535
+    conn.receive_data(f.window_update_frame(1, 500_000))
+    sent = [fr for fr in _frames(conn.data_to_send()) if fr.kind == f.DATA]
+    assert sum(len(fr.payload) for fr in sent) == 65_535 - 1000  # now the connection window limits
+    assert all(len(fr.payload) <= 16_384 for fr in sent)
+    conn.receive_data(f.window_update_frame(0, 1_000_000))
+    sent += [fr for fr in _frames(conn.data_to_send()) if fr.kind == f.DATA]
+    assert sum(len(fr.payload) for fr in sent) + 1000 == len(body)
+    assert sent[-1].flags & f.FLAG_END_STREAM
+    assert not any(fr.flags & f.FLAG_END_STREAM for fr in sent[:-1])
+
+
+def test_received_data_is_acknowledged_before_the_window_runs_low() -> None:
+    conn = _ready()
+    conn.open_stream(BLOCK, encode_message(b"req"))
+    conn.data_to_send()
+    encoder = hpack.Encoder()
+    conn.receive_data(_headers(1, [(":status", "200")], end=False, encoder=encoder))
+    frame = f.frame(f.DATA, 0, 1, encode_message(bytes((1 << 19) - 5)))
+    for _ in range(1 << 10):  # 512 MiB through one stream
+        conn.receive_data(frame)
+    updates = [fr for fr in _frames(conn.data_to_send()) if fr.kind == f.WINDOW_UPDATE]
+    assert {fr.stream_id for fr in updates} == {0, 1}
+
+
+def test_stream_limit_cancel_ping_and_goaway() -> None:
+    conn = _ready({f.SETTINGS_MAX_CONCURRENT_STREAMS: 2})
+    a = conn.open_stream(BLOCK, encode_message(b"a"))
+    b = conn.open_stream(BLOCK, encode_message(b"b"))
+    assert not conn.can_open()
+    conn.data_to_send()
+    conn.cancel_stream(a)
+    assert _frames(conn.data_to_send()) == [f.Frame(f.RST_STREAM, 0, 1, (f.CANCEL).to_bytes(4, "big"))]
+    assert a.status is not None
+    assert a.status.code == CANCELLED
+    assert conn.can_open()
+    c = conn.open_stream(BLOCK, encode_message(b"c"))
+    conn.data_to_send()
+    conn.receive_data(f.frame(f.PING, 0, 0, b"12345678"))
+    assert _frames(conn.data_to_send()) == [f.Frame(f.PING, f.FLAG_ACK, 0, b"12345678")]
+    changed = conn.receive_data(f.goaway_frame(3, f.NO_ERROR))
+    assert changed == [c]  # stream 5 was never processed; 3 may still finish
+    assert c.unprocessed
+    assert c.status is not None
+    assert c.status.code == UNAVAILABLE
+    assert not b.ended
+    assert not conn.accepting
+    lost = conn.connection_lost("gone")
+    assert lost == [b]
+    assert b.status is not None
+    assert b.status.code == UNAVAILABLE
+
+
+def test_refused_stream_is_unprocessed_and_protocol_errors_fail_every_stream() -> None:
+    conn = _ready()
+    a = conn.open_stream(BLOCK, encode_message(b"a"))
+    b = conn.open_stream(BLOCK, encode_message(b"b"))
+    conn.receive_data(f.rst_stream_frame(1, f.REFUSED_STREAM))
+    assert a.unprocessed
+    changed = conn.receive_data(f.frame(f.PUSH_PROMISE, 0, 3, bytes(4)))
+    assert changed == [b]
+    assert b.status is not None
+    assert b.status.code == INTERNAL
+    assert any(fr.kind == f.GOAWAY for fr in _frames(conn.data_to_send()))
+    assert conn.closed is not None
+
+
+def test_stream_objects_are_independent() -> None:
+    s = Stream(1, b"", 10, 10)
+    assert s.messages == []
+    assert not s.ended
