@@ -9,16 +9,19 @@ even when the gateway cut the answer short.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from node.errors import WorkerFailed
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.stops import StopMatcher
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.policy import RouteRequest
+from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.types import SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
 
@@ -26,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # A worker that cannot be reached before it produced anything is retried on another one, this many times.
 MAX_CONNECT_ATTEMPTS = 2
+#: After a worker's last message, wait this long for the end of its stream before cancelling the call.
+END_OF_STREAM_GRACE_S = 1.0
 #: What a prefill request asks of the engine's KV connector (vLLM's NIXL convention): keep the KV for a
 #: remote decode. The engine's answer names where it is; that goes verbatim to the decode worker.
 PREFILL_KV_TRANSFER = '{"do_remote_decode": true, "do_remote_prefill": false}'
@@ -104,6 +109,34 @@ def _logprob_entries(lp: TokenLogprobs | None, start: int, count: int) -> list[T
 
 def _is_open(choice: _Choice) -> bool:
     return choice.finish_reason is None
+
+
+def _worker_batches(client: WorkerClient, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
+    """The worker's Generate stream as lists of the messages that arrived together (one each where the
+    client cannot tell)."""
+    batches = getattr(client, "generate_batches", None)
+    if batches is not None:
+        return cast("AsyncGenerator[Sequence[WorkerOutput], None]", batches(request))
+    return _one_by_one(client.generate(request))
+
+
+async def _one_by_one(stream: AsyncGenerator[WorkerOutput, None]) -> AsyncGenerator[Sequence[WorkerOutput], None]:
+    try:
+        async for out in stream:
+            yield (out,)
+    finally:
+        await stream.aclose()
+
+
+async def _read_to_end(stream: AsyncGenerator[Sequence[WorkerOutput], None]) -> None:
+    """Read a finished worker's stream to its end (the gRPC trailers follow its last message at once), so
+    the call completes rather than being cancelled (RST_STREAM) after its last message; bounded."""
+    try:
+        async with asyncio.timeout(END_OF_STREAM_GRACE_S):
+            async for _ in stream:
+                pass
+    except (TimeoutError, WorkerFailed):
+        pass  # closing the stream cancels it: the answer is complete either way
 
 
 class Generation:
@@ -215,19 +248,26 @@ class Generation:
         worker.in_flight += 1
         worker_done = False
         got_any = False
-        stream = worker.client.generate(request)
+        stream = _worker_batches(worker.client, request)
         try:
-            async for out in stream:
+            async for outs in stream:
                 got_any = True
-                if out.index >= len(self._choices):
-                    raise WorkerFailed(f"worker {worker.url} sent choice index {out.index} of n={len(self._choices)}")
-                self.usage.cached_tokens = max(self.usage.cached_tokens, out.cached_tokens)
-                batch = self._consume(out)
+                # Messages that arrived together become one batch of deltas: one write to the client.
+                batch: list[TextDelta] = []
+                for out in outs:
+                    if out.index >= len(self._choices):
+                        raise WorkerFailed(
+                            f"worker {worker.url} sent choice index {out.index} of n={len(self._choices)}"
+                        )
+                    self.usage.cached_tokens = max(self.usage.cached_tokens, out.cached_tokens)
+                    batch.extend(self._consume(out))
                 if batch:
                     yield batch
                 if self._open == 0:
                     # Every choice ended (stop string, EOS, length); the worker is done only if it said so.
                     worker_done = self._worker_finished == len(self._choices)
+                    if worker_done:
+                        await _read_to_end(stream)
                     break
             else:
                 worker_done = True

@@ -213,3 +213,35 @@ async def test_non_streaming_client_gets_one_final_message(llama3_tokenizer: Tok
     assert w.requests[0].stream is False, "no stop strings: the worker need not stream"
     assert "".join(d.text for d in deltas) == " all at once"
     assert gen.usage.completion_tokens == len(words)
+
+
+@dataclass
+class BatchingWorker(ScriptedWorker):
+    """A worker client that hands over several messages at once, as the h2 transport does."""
+
+    batches: list[list[WorkerOutput]] = field(default_factory=list)
+
+    async def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[list[WorkerOutput], None]:
+        self.requests.append(request)
+        for batch in self.batches:
+            await asyncio.sleep(0)
+            yield batch
+
+
+async def test_messages_that_arrived_together_make_one_batch(llama3_tokenizer: Tokenizer) -> None:
+    words = ids_of(llama3_tokenizer, " one two three four")
+    w = BatchingWorker(
+        "grpc://a:1",
+        batches=[
+            [chunk(words[:1], 1), chunk(words[1:2], 2), chunk(words[2:3], 3)],
+            [chunk(words[3:], 4), chunk(words[3:], 4, finish="length")],
+        ],
+    )
+    async with pool_of(w) as pool:
+        gen = Generation(spec(llama3_tokenizer, max_tokens=4), pool=pool, tokenizer=llama3_tokenizer)
+        async with contextlib.aclosing(gen.deltas()) as it:
+            batches = [batch async for batch in it]
+    assert len(batches) == 2, "three messages that arrived together must go out together"
+    assert "".join(d.text for b in batches for d in b) == " one two three four"
+    assert batches[-1][-1].finish_reason == "length" and gen.usage.completion_tokens == 4
+    assert w.aborted == []
