@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from node.routing.block_hashes import BlockHashes
 
@@ -110,11 +110,6 @@ class AffinityHints:
             if hit is not None and hit[0] not in found and hit[2] >= oldest:
                 found[hit[0]] = depth * self._page
         return found
-
-    def retain(self, urls: Iterable[str]) -> None:
-        """Forget hints naming workers not in ``urls``."""
-        keep = set(urls)
-        self._map = OrderedDict((p, v) for p, v in self._map.items() if v[0] in keep)
 
     def take_outgoing(self) -> list[bytes]:
         """Encode the queued hints into messages of at most ``max_message_bytes``."""
