@@ -94,9 +94,6 @@ class HealthBoard:
         if published is None or published.ok != ok:
             self.publish()
 
-    def own(self, wid: str) -> Observation | None:
-        return self._own.get(wid)
-
     def forget(self, wid: str) -> None:
         """``wid`` was unregistered: stop publishing about it."""
         if self._own.pop(wid, None) is not None:

@@ -128,9 +128,6 @@ class WorkerPool:
             return False
         return self._board.cluster_ok(worker.id) is True
 
-    def model_of(self, worker: Worker) -> str | None:
-        return self._model_of(worker) if self._model_of is not None else None
-
     def healthy(self, role: str = "regular", model: str | None = None) -> list[Worker]:
         """Workers of ``role`` in rotation here; with ``model``, only those serving it."""
         out = [w for w in self._workers.values() if w.role == role and self.routable(w)]
