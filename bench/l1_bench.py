@@ -75,6 +75,7 @@ class L1Config:
     request_timeout_s: float = 60.0
     ready_timeout_s: float = 90.0
     out_dir: Path = DEFAULT_OUT_DIR
+    node_args: tuple[str, ...] = ()  # extra `smg-node serve` flags, e.g. several processes over Redis history
 
 
 QUICK = L1Config(concurrencies=(1, 16), repetitions=1, duration_s=2.0, warmup_s=1.0)
@@ -221,7 +222,7 @@ def run_gateway(
     port = launch.free_port()
     base_url = f"http://127.0.0.1:{port}"
     if gateway == NODE:
-        cmd = launch.node_command(port, worker_url, model_dir)
+        cmd = launch.node_command(port, worker_url, model_dir, config.node_args)
     else:
         cmd = [*launch.smg_command(port, worker_url, model_dir), *SMG_CACHE_FLAGS]
     rows: list[Row] = []
@@ -383,6 +384,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[L1Config, argparse.Namespace
     parser.add_argument("--output", type=int, help="output tokens per turn [20]")
     parser.add_argument("--out-dir", type=Path, help=f"logs and models [{DEFAULT_OUT_DIR}]")
     parser.add_argument("--results", action="store_true", help=f"rewrite the L1 table in {RESULTS_PATH}")
+    parser.add_argument(
+        "--node-args",
+        help="extra smg-node serve flags, e.g. '--processes 2 --history-backend redis' (one process by default: "
+        "memory history is private to a process)",
+    )
     args = parser.parse_args(argv)
     config = QUICK if args.quick else L1Config()
     overrides: dict[str, object] = {}
@@ -402,6 +408,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[L1Config, argparse.Namespace
     ):
         if (value := getattr(args, arg)) is not None:
             overrides[name] = value
+    if args.node_args:
+        overrides["node_args"] = tuple(shlex.split(args.node_args))
     return replace(config, **overrides), args  # type: ignore[arg-type]
 
 
