@@ -29,8 +29,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -297,14 +295,10 @@ def parse_args(argv: Sequence[str] | None) -> AffinityBenchConfig:
     return replace(config, workload=workload, profile=profile, **top)  # type: ignore[arg-type]
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds the ExitStacks, which stop every child
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    command = shlex.join([".venv/bin/python", "-m", "bench.affinity_bench", *(sys.argv[1:] if argv is None else argv)])
+    launch.exit_on_sigterm()
+    command = launch.command_line("bench.affinity_bench", argv)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     log_dir = config.out_dir / "logs" / f"affinity-{stamp}"

@@ -23,8 +23,6 @@ import argparse
 import datetime as dt
 import itertools
 import json
-import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -305,14 +303,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[BenchConfig, argparse.Namesp
     return replace(config, **overrides), args  # type: ignore[arg-type]
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds the `running` blocks, which stop every child
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config, args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    command = shlex.join([".venv/bin/python", "-m", "bench.gateway_bench", *(sys.argv[1:] if argv is None else argv)])
+    launch.exit_on_sigterm()
+    command = launch.command_line("bench.gateway_bench", argv)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:

@@ -28,7 +28,6 @@ import asyncio
 import datetime as dt
 import random
 import shlex
-import signal
 import statistics
 import sys
 import time
@@ -413,14 +412,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[L1Config, argparse.Namespace
     return replace(config, **overrides), args  # type: ignore[arg-type]
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config, args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    command = shlex.join([".venv/bin/python", "-m", "bench.l1_bench", *(sys.argv[1:] if argv is None else argv)])
+    launch.exit_on_sigterm()
+    command = launch.command_line("bench.l1_bench", argv)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     try:
         rows, failures = run_bench(config)

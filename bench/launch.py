@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -262,3 +263,17 @@ def smg_command(port: int, worker_urls: str | Sequence[str], model_dir: Path, ex
 
 
 GATEWAY_COMMANDS = {"smg-node": node_command, "SMG": smg_command}
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds the `running` blocks and ExitStacks, which stop every child
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end a benchmark like Ctrl-C does: every process it started is stopped on the way out."""
+    signal.signal(signal.SIGTERM, _raise_exit)
+
+
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """The command that reproduces this run, for the results table."""
+    return shlex.join([".venv/bin/python", "-m", module, *(sys.argv[1:] if argv is None else argv)])

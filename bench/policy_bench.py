@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import math
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -430,14 +429,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[PolicyBenchConfig, argparse.
     return replace(config, workload=workload, profile=profile, **top), args  # type: ignore[arg-type]
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds the ExitStacks, which stop every child
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config, args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    command = shlex.join([".venv/bin/python", "-m", "bench.policy_bench", *(sys.argv[1:] if argv is None else argv)])
+    launch.exit_on_sigterm()
+    command = launch.command_line("bench.policy_bench", argv)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
