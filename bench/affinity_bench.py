@@ -328,7 +328,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     block = render(config, runs, failures, command)
     print(block)
-    (config.out_dir / f"affinity_bench-{stamp}.md").write_text(block, "utf-8")
     raw = json.dumps(
         {
             "config": json.loads(json.dumps(asdict(config), default=str)),
@@ -346,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         indent=1,
     )
-    (config.out_dir / "affinity_bench-latest.json").write_text(raw, "utf-8")
+    report.save_outputs(config.out_dir, "affinity_bench", block, raw)
     return 1 if failures or not runs else 0
 
 

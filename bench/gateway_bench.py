@@ -248,21 +248,6 @@ def render(config: BenchConfig, outcome: BenchOutcome, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(block: str, path: Path = RESULTS_PATH) -> None:
-    """Replace the generated block of RESULTS.md (prose outside the markers is kept); create it if needed."""
-    generated = f"{BEGIN_MARK}\n{block}{END_MARK}"
-    if path.exists():
-        text = path.read_text("utf-8")
-        if BEGIN_MARK in text and END_MARK in text:
-            head, rest = text.split(BEGIN_MARK, 1)
-            tail = rest.split(END_MARK, 1)[1]
-            path.write_text(head + generated + tail, "utf-8")
-            return
-        path.write_text(text.rstrip("\n") + "\n\n" + generated + "\n", "utf-8")
-        return
-    path.write_text(f"# Gateway benchmark: smg-node vs SMG\n\n{generated}\n", "utf-8")
-
-
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part)
 
@@ -317,18 +302,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log(f"done in {time.monotonic() - started:.0f} s")
     block = render(config, outcome, command)
     print(block)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (config.out_dir / f"gateway_bench-{stamp}.md").write_text(block, "utf-8")
     raw = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in _config_dict(config).items()},
         "prompt_tokens": outcome.prompt_tokens,
         "failures": outcome.failures,
         "runs": [report.run_record(run) for run in outcome.runs],
     }
-    (config.out_dir / f"gateway_bench-{stamp}.json").write_text(json.dumps(raw, indent=1), "utf-8")
-    (config.out_dir / "gateway_bench-latest.json").write_text(json.dumps(raw, indent=1), "utf-8")
+    report.save_outputs(config.out_dir, "gateway_bench", block, json.dumps(raw, indent=1))
     if args.results:
-        write_results(block)
+        report.write_block(RESULTS_PATH, BEGIN_MARK, END_MARK, block, "# Gateway benchmark: smg-node vs SMG")
         _log(f"wrote {RESULTS_PATH}")
     return 1 if outcome.failures or not outcome.runs else 0
 

@@ -39,7 +39,7 @@ import aiohttp
 import msgspec
 from tokenizers import Tokenizer
 
-from bench import launch, prompts
+from bench import launch, prompts, report
 from bench.launch import LaunchError
 from bench.load import LoadError, Sample, stream_chat
 from bench.proc import sample_tree
@@ -356,17 +356,6 @@ def render(config: L1Config, rows: Sequence[Row], failures: Sequence[str], comma
     return "\n".join(lines) + "\n"
 
 
-def write_results(block: str, path: Path = RESULTS_PATH) -> None:
-    """Replace the L1 block of RESULTS.md (prose outside the markers is kept), or append one."""
-    generated = f"{BEGIN_MARK}\n{block}{END_MARK}"
-    text = path.read_text("utf-8")
-    if BEGIN_MARK in text and END_MARK in text:
-        head, rest = text.split(BEGIN_MARK, 1)
-        path.write_text(head + generated + rest.split(END_MARK, 1)[1], "utf-8")
-    else:
-        path.write_text(text.rstrip("\n") + "\n\n## L1 workload (bench/l1_bench.py)\n\n" + generated + "\n", "utf-8")
-
-
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part)
 
@@ -425,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     block = render(config, rows, failures, command)
     print(block)
     if args.results:
-        write_results(block)
+        report.write_block(RESULTS_PATH, BEGIN_MARK, END_MARK, block, "## L1 workload (bench/l1_bench.py)")
         _log(f"wrote {RESULTS_PATH}")
     return 1 if failures or not rows else 0
 

@@ -443,8 +443,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log(f"done in {time.monotonic() - started:.0f} s")
     block = render(config, outcome, command)
     print(block)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (config.out_dir / f"policy_bench-{stamp}.md").write_text(block, "utf-8")
     raw = json.dumps(
         {
             "config": json.loads(json.dumps(asdict(config), default=str)),
@@ -454,8 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         indent=1,
     )
-    (config.out_dir / f"policy_bench-{stamp}.json").write_text(raw, "utf-8")
-    (config.out_dir / "policy_bench-latest.json").write_text(raw, "utf-8")
+    report.save_outputs(config.out_dir, "policy_bench", block, raw)
     if args.results:
         report.write_block(RESULTS_PATH, BEGIN_MARK, END_MARK, block, SECTION)
         _log(f"wrote {RESULTS_PATH}")

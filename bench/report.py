@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.metadata
 import math
 import os
@@ -322,3 +323,11 @@ def write_block(path: Path, begin: str, end: str, block: str, heading: str) -> N
         path.write_text(text.rstrip("\n") + f"\n\n{heading}\n\n{generated}\n", "utf-8")
         return
     path.write_text(f"{heading}\n\n{generated}\n", "utf-8")
+
+
+def save_outputs(out_dir: Path, name: str, block: str, raw_json: str) -> None:
+    """Keep a run's table (``NAME-STAMP.md``) and raw data (``NAME-STAMP.json``, also ``NAME-latest.json``)."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    (out_dir / f"{name}-{stamp}.md").write_text(block, "utf-8")
+    (out_dir / f"{name}-{stamp}.json").write_text(raw_json, "utf-8")
+    (out_dir / f"{name}-latest.json").write_text(raw_json, "utf-8")
