@@ -65,6 +65,10 @@ class ClusterConfig:
         default=0,
         metadata={"cli": False, "help": "index of this process under --processes (set by the supervisor)"},
     )
+    process_count: int = field(
+        default=1,
+        metadata={"cli": False, "help": "how many sibling processes --processes runs (set by the supervisor)"},
+    )
 
     def __post_init__(self) -> None:
         if self.mesh_bind:  # port 0 binds a free port
@@ -124,11 +128,15 @@ def mesh_config(config: ClusterConfig) -> MeshConfig:
 
 
 def seeds(config: ClusterConfig) -> list[str]:
-    """Where to join: the configured peers, plus process 0 of our own group for its siblings."""
+    """Where to join: the configured peers, plus every sibling of our process group.
+
+    Every sibling, not only process 0: a sibling the supervisor restarts (process 0 included) must find the
+    living ones at once, or it would serve alone with its own registry until a push-pull happened to reach it.
+    """
     out = list(config.join)
-    if config.process_index > 0:
-        host, port = _split(config.mesh_advertise or config.mesh_bind)
-        out.append(f"{host}:{port}")
+    host, port = _split(config.mesh_advertise or config.mesh_bind) if config.enabled else ("", 0)
+    if config.process_count > 1 and port:  # with port 0 the siblings' ports are unknown: only --join seeds
+        out += [f"{host}:{port + k}" for k in range(config.process_count) if k != config.process_index]
     return out
 
 

@@ -1,7 +1,7 @@
 """Several node processes on one host sharing the HTTP port (SO_REUSEPORT): the kernel spreads connections.
 
 The processes are mesh members, so they share the worker registry and health like any peers: with
-``--mesh-bind`` process k binds port+k and joins process 0; without it they form a private mesh on loopback,
+``--mesh-bind`` process k binds port+k and joins its siblings; without it they form a private mesh on loopback,
 encrypted with a key only they have (a request to add a worker reaches whichever process the kernel picks).
 
 Python runs one thread of bytecode at a time per process; N full node processes use N cores. The parent only
@@ -97,7 +97,7 @@ class ProcessGroup:
     _stopping: bool = False
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "SMG_NODE_PROCESS_INDEX": str(index)}
+        env = {**os.environ, "SMG_NODE_PROCESS_INDEX": str(index), "SMG_NODE_PROCESS_COUNT": str(self.count)}
         return subprocess.Popen([sys.executable, "-m", "node.cli", *self.argv], env=env)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:

@@ -102,7 +102,8 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: P
         wait_until(lambda: http_status(url + "/readiness") == 200, timeout_s=60, what="node readiness")
         wait_until(lambda: len(_pids(url, 20)) == 2, timeout_s=60, what="both processes serving")
         first = _pids(url)
-        victim = min(first)
+        # Kill process 0, the one the others joined first: its replacement must find the survivor by itself.
+        victim = next(pid for pid in first if _process_index(pid) == 0)
         os.kill(victim, signal.SIGKILL)
         # The survivor keeps answering meanwhile; the supervisor starts a replacement.
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=2, timeout=30)
@@ -118,7 +119,14 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: P
         )
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert resp.status == 201
-        wait_until(lambda: _all_list(url, extra), timeout_s=20, what="every process listing the new worker")
+        # Within a few gossip rounds of the local profile, well under its 15 s push-pull interval.
+        wait_until(lambda: _all_list(url, extra), timeout_s=10, what="every process listing the new worker")
+
+
+def _process_index(pid: int) -> int:
+    """The supervisor's index of a node process, from the environment it was started with."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return int(next(v for v in environ if v.startswith(b"SMG_NODE_PROCESS_INDEX=")).split(b"=", 1)[1])
 
 
 def _all_list(url: str, worker: str, tries: int = 20) -> bool:
