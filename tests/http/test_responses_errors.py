@@ -9,7 +9,9 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from node.http.history import OUTAGE_HOLD_S
 from node.http.tenancy import TENANT_HEADER, ApiConfig
 from storage.config import StorageConfig
 from tests.http.conftest import Cluster, start_cluster
+from tests.storage.conftest import PG_PORT, PG_URL, TcpProxy, drop_tables, port_open
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -169,10 +172,74 @@ def _redis_server(port: int) -> Iterator[None]:
         proc.wait(timeout=10)
 
 
-async def test_storage_outage_is_503_while_store_false_works_and_recovers(llama3_model_dir: Path) -> None:
-    port = _free_port()  # nothing listens here (yet)
-    storage = StorageConfig(backend="redis", redis_url=f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.5)
-    async with start_cluster(llama3_model_dir, workers=1, storage=storage) as c:
+@dataclass
+class DownStore:
+    """A history backend that is down when the node starts; `serving()` brings it up for the block and takes
+    it down again at the end (live connections cut, as in a crash)."""
+
+    config: StorageConfig
+    serving: Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
+
+@contextlib.asynccontextmanager
+async def _down_redis() -> AsyncIterator[DownStore]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed: the outage cannot be ended")
+    port = _free_port()  # nothing listens here until serving()
+
+    @contextlib.asynccontextmanager
+    async def serving() -> AsyncIterator[None]:
+        with _redis_server(port):
+            yield
+
+    yield DownStore(
+        StorageConfig(backend="redis", redis_url=f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.5), serving
+    )
+
+
+@contextlib.asynccontextmanager
+async def _down_postgres() -> AsyncIterator[DownStore]:
+    if not port_open(PG_PORT):
+        pytest.skip("postgres is not running on 127.0.0.1")
+    proxy = TcpProxy(PG_PORT)  # not started: refuses connections, like a server that is down
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+
+    @contextlib.asynccontextmanager
+    async def serving() -> AsyncIterator[None]:
+        await proxy.start()
+        try:
+            yield
+        finally:
+            await proxy.stop()
+
+    config = StorageConfig(
+        backend="postgres",
+        postgres_url=f"postgresql://postgres@127.0.0.1:{proxy.port}/test",
+        table_prefix=prefix,
+        connect_timeout_s=0.5,
+        command_timeout_s=0.5,
+    )
+    try:
+        yield DownStore(config, serving)
+    finally:
+        await proxy.stop()
+        await drop_tables(PG_URL, prefix)
+
+
+async def _expect_503(call: Awaitable[object]) -> dict[str, Any]:
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as err:
+        await call
+    assert err.value.status_code == 503 and time.monotonic() - started < 2.0
+    body: dict[str, Any] = err.value.body  # type: ignore[assignment]
+    return body
+
+
+@pytest.mark.parametrize("down_store", [_down_redis, _down_postgres], ids=["redis", "postgres"])
+async def test_storage_outage_is_503_while_store_false_works_and_recovers(
+    llama3_model_dir: Path, down_store: Callable[[], contextlib.AbstractAsyncContextManager[DownStore]]
+) -> None:
+    async with down_store() as store, start_cluster(llama3_model_dir, workers=1, storage=store.config) as c:
         # The first request cannot know: its stream starts, then the write fails and it ends failed.
         events = [e async for e in await c.client.responses.create(model=c.model, input="hi", stream=True)]
         assert [e.type for e in events[-2:]] == ["response.output_item.done", "response.failed"]
@@ -180,21 +247,26 @@ async def test_storage_outage_is_503_while_store_false_works_and_recovers(llama3
         assert failed.status == "failed" and failed.error is not None and "store=false" in failed.error.message
         # From then on the outage is known: requests that need the store fail before generating.
         for stream in (False, True):
-            started = time.monotonic()
-            with pytest.raises(openai.APIStatusError) as err:
-                await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, stream=stream)
-            assert err.value.status_code == 503 and time.monotonic() - started < 2.0
-            body: Any = err.value.body
+            body = await _expect_503(
+                c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, stream=stream)
+            )
             assert body["code"] == "storage_unavailable" and "store=false" in body["message"]
         for call in (c.client.responses.retrieve("resp_x"), c.client.conversations.create()):
-            with pytest.raises(openai.APIStatusError) as err:
-                await call
-            assert err.value.status_code == 503
+            await _expect_503(call)
         r = await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, store=False)
         assert r.output_text
-        if shutil.which("redis-server") is None:
-            pytest.skip("redis-server is not installed: recovery is not exercised")
-        with _redis_server(port):
+        async with store.serving():
             await asyncio.sleep(OUTAGE_HOLD_S)
             r = await c.client.responses.create(model=c.model, input="back", max_output_tokens=4)
             assert (await c.client.responses.retrieve(r.id)).id == r.id
+        # A second outage, now with live connections in the node's pool: cut, noticed, recovered from.
+        with pytest.raises(openai.APIStatusError) as err:
+            await c.client.responses.create(model=c.model, input="cut", max_output_tokens=4)
+        assert err.value.status_code == 503
+        await _expect_503(c.client.responses.retrieve(r.id))
+        r = await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, store=False)
+        assert r.output_text
+        async with store.serving():
+            await asyncio.sleep(OUTAGE_HOLD_S)
+            again = await c.client.responses.create(model=c.model, input="again", max_output_tokens=4)
+            assert (await c.client.responses.retrieve(again.id)).id == again.id
