@@ -98,9 +98,6 @@ async def _merge(gens: list[Generation]) -> AsyncGenerator[tuple[int, list[TextD
 
 
 class Completions(common.GenerationApi):
-    def _encode(self, text: str) -> _Prompt:
-        return _Prompt(ids=self._model.tokenizer.encode(text, add_special_tokens=True), text=text)
-
     async def handle(self, request: web.Request) -> web.StreamResponse:
         req = await read_json(request, CompletionRequest, self._max_body)
         return await self._peer_for(req.model)._serve(request, req)
@@ -117,7 +114,10 @@ class Completions(common.GenerationApi):
             raise InvalidRequest(f"'logprobs' must be in [0, {MAX_COMPLETION_LOGPROBS}].", param="logprobs")
         stops = common.stop_strings(req)
         prompts = [
-            await self._cpu.run(len(p), self._encode, p) if isinstance(p, str) else p for p in _prompts(req, model)
+            _Prompt(ids=await self._cpu.encode(model.tokenizer, p, add_special_tokens=True), text=p)
+            if isinstance(p, str)
+            else p
+            for p in _prompts(req, model)
         ]
         gens: list[Generation] = []
         rid = common.new_id("cmpl")

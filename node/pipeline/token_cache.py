@@ -28,7 +28,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from node.pipeline.encode_rules import Affixes, EncodeFn
 
@@ -271,6 +271,43 @@ def _l0_size(key: tuple[str, bool, str], ids: array[int]) -> int:
     return sys.getsizeof(key[2]) + len(ids) * ids.itemsize + _ENTRY_OVERHEAD_BYTES
 
 
+class EncodeJob:
+    """What is left of one encode after the cache lookup: `finish` returns the ids (call it once, from
+    any thread). ``pending_chars`` is how much text it still encodes: 0 for a cache hit."""
+
+    __slots__ = ("_arg", "_fn", "pending_chars")
+
+    def __init__(self, pending_chars: int, fn: Callable[[Any], list[int]], arg: Any) -> None:
+        self.pending_chars = pending_chars
+        self._fn = fn
+        self._arg = arg
+
+    @classmethod
+    def done(cls, ids: list[int]) -> EncodeJob:
+        return cls(0, _identity, ids)
+
+    def finish(self) -> list[int]:
+        return self._fn(self._arg)
+
+
+def _identity(ids: list[int]) -> list[int]:
+    return ids
+
+
+@dataclass(frozen=True, slots=True)
+class _PrefixPlan:
+    """An L1 lookup's result: the candidate cuts and their digests, and the longest cached one."""
+
+    text: str
+    add_special_tokens: bool
+    cuts: list[int]
+    stored: list[bool]
+    digests: list[bytes]
+    hit: int  # index into cuts of the longest cached prefix, -1 for none
+    base: _Run | None
+    base_ids: array[int]
+
+
 class CachedEncoder:
     """One tokenizer's encode behind a `TokenCache`. ``rules`` is None when cutting at added tokens is
     not exact for this tokenizer (L1 then stays off for it)."""
@@ -291,23 +328,34 @@ class CachedEncoder:
         return self._l1
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        return self.prepare(text, add_special_tokens).finish()
+
+    def prepare(self, text: str, add_special_tokens: bool) -> EncodeJob:
+        """Look ``text`` up in both levels (cheap: hashing, no encoding) and return what is left to do.
+
+        The job's `EncodeJob.pending_chars` says how much text its `EncodeJob.finish` still encodes, so a
+        caller can finish a cache hit inline and send only real work to a thread. Stats count here.
+        """
         key = (self._fingerprint, add_special_tokens, text)
         if self._l0:
             hit = self._cache.get_exact(key)
             if hit is not None:
-                return hit.tolist()
+                return EncodeJob.done(hit.tolist())
         if self._l1 and len(text) >= self._cache.config.l1_min_prompt_chars:
-            ids = self._encode_from_prefix(text, add_special_tokens)
-            if ids is not None:
+            job = self._prefix_job(text, add_special_tokens)
+            if job is not None:
                 # Not copied into L0: L1 already holds these ids, and a repeat of the text is an L1 hit
                 # on its last cut. Chat prompts are rarely repeated whole, so L0 would mostly churn.
-                return ids
-        ids = self._encode(text, add_special_tokens)
+                return job
+        return EncodeJob(len(text), self._encode_whole, key)
+
+    def _encode_whole(self, key: tuple[str, bool, str]) -> list[int]:
+        ids = self._encode(key[2], key[1])
         if self._l0:
             self._cache.put_exact(key, ids)
         return ids
 
-    def _encode_from_prefix(self, text: str, add_special_tokens: bool) -> list[int] | None:
+    def _prefix_job(self, text: str, add_special_tokens: bool) -> EncodeJob | None:
         rules = self._rules
         assert rules is not None  # guarded by self._l1
         cuts, stored = _candidate_cuts(rules.boundaries(text), self._cache.config.l1_spacing_chars)
@@ -320,21 +368,29 @@ class CachedEncoder:
         else:
             hit, base, base_ids = found
         start = cuts[hit] if hit >= 0 else 0
+        plan = _PrefixPlan(text, add_special_tokens, cuts, stored, digests, hit, base, base_ids)
+        return EncodeJob(len(text) - start, self._finish_prefix, plan)
+
+    def _finish_prefix(self, plan: _PrefixPlan) -> list[int]:
+        rules = self._rules
+        assert rules is not None
+        text, cuts, stored, digests, base_ids = plan.text, plan.cuts, plan.stored, plan.digests, plan.base_ids
+        start = cuts[plan.hit] if plan.hit >= 0 else 0
         new_ids = array(_ID_TYPECODE)
         entries: list[tuple[bytes, int]] = []
-        for k in range(hit + 1, len(cuts)):
+        for k in range(plan.hit + 1, len(cuts)):
             if not stored[k]:
                 continue
             # Each piece is encoded on its own and never with special tokens: those go around the text.
             new_ids.extend(rules.encode_plain(text[start : cuts[k]]))
             entries.append((digests[k], len(base_ids) + len(new_ids)))
             start = cuts[k]
-        self._cache.put_prefixes(base, base_ids, new_ids, entries)
+        self._cache.put_prefixes(plan.base, base_ids, new_ids, entries)
         ids = base_ids.tolist()
         ids.extend(new_ids)
         if start < len(text):
             ids.extend(rules.encode_plain(text[start:]))
-        return rules.affixes.wrap(ids) if add_special_tokens else ids
+        return rules.affixes.wrap(ids) if plan.add_special_tokens else ids
 
     def _digests(self, text: str, cuts: list[int]) -> list[bytes]:
         hasher = self._seed.copy()

@@ -36,6 +36,7 @@ from node.pipeline.probe_corpus import probe_texts
 from node.pipeline.special_tokens import AddedTokenMatcher
 from node.pipeline.token_cache import (
     CachedEncoder,
+    EncodeJob,
     SegmentRules,
     TokenCache,
     TokenCacheStats,
@@ -218,6 +219,16 @@ class Tokenizer:
         if self._cached is not None:
             return self._cached.encode(text, add_special_tokens)
         return self._encode(text, add_special_tokens)
+
+    def prepare(self, text: str, *, add_special_tokens: bool) -> EncodeJob:
+        """`encode` in two steps: the cache lookup now (cheap), the encoding left in the returned job, whose
+        ``pending_chars`` tells whether it is worth a thread. ``prepare(...).finish() == encode(...)``."""
+        if self._cached is not None:
+            return self._cached.prepare(text, add_special_tokens)
+        return EncodeJob(len(text), self._encode_args, (text, add_special_tokens))
+
+    def _encode_args(self, args: tuple[str, bool]) -> list[int]:
+        return self._encode(*args)
 
     def encode_uncached(self, text: str, *, add_special_tokens: bool) -> list[int]:
         """`encode` bypassing the cache (same ids; for benchmarks and checks)."""

@@ -132,6 +132,36 @@ def test_later_turns_reuse_the_earlier_prefix(family: str, request: pytest.Fixtu
     assert hits[1:] == [1, 1, 1]
 
 
+@pytest.mark.parametrize("family", ["llama3", "deepseek"])
+def test_prepare_leaves_only_the_uncached_suffix_to_encode(family: str, request: pytest.FixtureRequest) -> None:
+    """The lookup tells how much text is left, so a cached chat turn is finished inline, not on a thread."""
+    shared: Tokenizer = request.getfixturevalue(f"{family}_tokenizer")
+    tok = shared.with_cache(TokenizerCacheConfig())  # a cache of its own: empty
+    template = _template(request.getfixturevalue(f"{family}_model_dir"))
+    history: list[dict[str, Any]] = [{"role": "system", "content": LONG_SYSTEM}]
+    pending = []
+    for turn in range(3):
+        history.append({"role": "user", "content": f"question {turn}?"})
+        prompt = template.render(history, add_generation_prompt=True)
+        job = tok.prepare(prompt, add_special_tokens=False)
+        pending.append(job.pending_chars)
+        assert job.finish() == _reference(tok, prompt, False)
+        history.append({"role": "assistant", "content": f"answer {turn}."})
+    assert pending[0] == len(template.render(history[:2], add_generation_prompt=True)), "an empty cache"
+    # The last answer and the new question with their headers (Llama-3's template adds a date line).
+    assert all(0 < p < 200 for p in pending[1:]), pending
+    # The same text again: only what follows its last special token (the header's blank line) is left.
+    again = tok.prepare(prompt, add_special_tokens=True)
+    assert again.pending_chars <= 2 and again.finish() == _reference(tok, prompt, True)
+
+
+def test_prepare_without_a_cache_leaves_everything() -> None:
+    tok = Tokenizer.from_bytes(crafted.byte_bpe(crafted.OVERLAPPING, ()).to_str().encode(), cache=None)
+    job = tok.prepare("hello world", add_special_tokens=True)
+    assert job.pending_chars == len("hello world")
+    assert job.finish() == _reference(tok, "hello world", True)
+
+
 # Added tokens matched in Hugging Face's second pass, overlapping the first-pass ones.
 SECOND_PASS = ("ST]x|", "zz<|")
 OVERLAPPING_ALL = (*crafted.OVERLAPPING, *SECOND_PASS)
