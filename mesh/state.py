@@ -89,6 +89,7 @@ class _Counts:
     state_bytes_out: int = 0
     compactions: int = 0
     adoptions: int = 0
+    counter_flush_failures: int = 0
 
 
 class _Writer:
@@ -132,6 +133,7 @@ class ClusterState:
         self._notifying = False
         self._next_housekeeping: float | None = None
         self._doc_bytes = 0
+        self._flush_failing = False
 
     # -- rows ------------------------------------------------------------------------------------------
 
@@ -178,7 +180,9 @@ class ClusterState:
 
     def incr(self, key: str, window_s: float, now: float, amount: int = 1) -> int:
         """Count admissions of ``key`` in the window containing ``now``; returns the global count.
-        Published at the next ``tick``. See state_counters.py for the over-admission bound."""
+        Published at the next ``tick``. See state_counters.py for the over-admission bound. Raises
+        ValueError for bad arguments, StateLimitError for a new counter past max_counter_fields (or
+        its shard's max_row_bytes): the caller decides whether to admit."""
         return self._counters.incr(key, window_s, now, amount, self._is_live)
 
     def count(self, key: str, window_s: float, now: float) -> int:
@@ -208,10 +212,20 @@ class ClusterState:
     def tick(self, now: float, alive: Collection[str] | None = None) -> None:
         """Call every ``tick_interval_s``: publishes counters; every ``housekeeping_interval_s`` also
         garbage-collects and compacts. ``alive``: the names of the members currently alive (suspects
-        count as alive), or None to keep the last view."""
+        count as alive), or None to keep the last view. A counter flush that fails (a shard past
+        max_row_bytes) is logged and counted, and housekeeping runs regardless: GC and compaction must
+        never depend on the counters' contents."""
         if alive is not None:
             self._update_members(now, alive)
-        self._counters.flush(now)
+        try:
+            self._counters.flush(now)
+        except StateLimitError as exc:
+            self._counts.counter_flush_failures += 1
+            if not self._flush_failing:
+                log.warning("state: counters not published until it fits: %s", exc)
+            self._flush_failing = True
+        else:
+            self._flush_failing = False
         if self._next_housekeeping is None or now >= self._next_housekeeping:
             self._next_housekeeping = now + self.config.housekeeping_interval_s
             self._housekeeping(now)
@@ -255,7 +269,11 @@ class ClusterState:
     def metrics(self) -> StateMetrics:
         counts = {f.name: getattr(self._counts, f.name) for f in fields(_Counts)}
         return StateMetrics(
-            **counts, deltas_dropped=self._gossip.dropped, docs=len(self._docs), doc_bytes=self._doc_bytes
+            **counts,
+            deltas_dropped=self._gossip.dropped,
+            counters_refused=self._counters.refused,
+            docs=len(self._docs),
+            doc_bytes=self._doc_bytes,
         )
 
     def doc_sizes(self) -> dict[str, int]:

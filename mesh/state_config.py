@@ -71,9 +71,16 @@ class StateConfig:
         default=8192, metadata=_help("digests of recent deltas remembered to drop gossip duplicates")
     )
 
+    max_counter_fields: int = field(
+        default=2048,
+        metadata=_help("most active rate-limit counters (key, window) one node counts; a new one past it is refused"),
+    )
+
     # -- sharding --
+    # 16 counter shards of max_row_bytes hold max_counter_fields counters with short keys (~75 B each as
+    # accounted, see state_counters.py) at about half full, so uneven hashing does not refuse early.
     counter_shards: int = field(
-        default=8, metadata=_help("documents the rate-limit counters are spread over (by key hash)")
+        default=16, metadata=_help("documents the rate-limit counters are spread over (by key hash)")
     )
     table_shards: tuple[tuple[str, int], ...] = field(
         default=(),
@@ -110,6 +117,7 @@ class StateConfig:
             "max_pending_deltas",
             "max_seen_deltas",
             "max_queued_deltas",
+            "max_counter_fields",
             "counter_shards",
             "tick_interval_s",
             "housekeeping_interval_s",

@@ -11,7 +11,8 @@ see a mix of old and new shards.
 The owner is authoritative for its own rows: the value it last wrote in this life (its *intent*) is
 rewritten whenever a peer's state shows something else (its previous life's row, or a janitor's
 deletion while we were thought dead); a row of a previous life that was never rewritten is deleted.
-Tables with an *adopter* (the counters) merge instead: the owner folds what it sees into its intent.
+Tables with an *adopter* (the counters) merge instead: the owner folds what it sees into its own state
+and republishes it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from mesh.crdt_doc import KeyChange
 from mesh.state_config import StateConfig
 from mesh.state_types import Change, Json, Row, StateLimitError, dumps
 
-#: Folds the observed version of one of our own row shards into the owner's state; returns the whole row
-#: the owner now wants stored.
-Adopter = Callable[[Row], Row]
+#: Folds the observed version of one of our own row shards into the owner's state, which publishes the
+#: result itself (the counters: at their next flush, where a failure cannot escape into a peer's merge).
+Adopter = Callable[[Row], None]
 
 
 class DocWriter(Protocol):
@@ -184,7 +185,7 @@ class RowTables:
         adopter = self._adopters.get(table)
         if adopter is not None:
             if observed is not None:
-                self.set_row(table, adopter(observed))
+                adopter(observed)
             elif table in self._intent:
                 self._writer.write(row_doc_name(table, shards, index), {self._node: self._intent[table][index]})
             return

@@ -60,6 +60,8 @@ class StateMetrics:
     state_bytes_out: int
     compactions: int
     adoptions: int
+    counters_refused: int
+    counter_flush_failures: int
     docs: int
     doc_bytes: int
 

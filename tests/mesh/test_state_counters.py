@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mesh.state import ClusterState
-from mesh.state_config import COUNTER_TABLE
+from mesh.state_config import COUNTER_TABLE, StateConfig
+from mesh.state_types import StateLimitError
 from tests.mesh.test_state_helpers import Bench
 
 
@@ -116,3 +117,101 @@ def test_sum_matches_the_increments_of_the_current_window(incrs: list[tuple[int,
     bench.gossip(rounds=4)
     expected = sum(amount for _, amount, offset in incrs if offset >= 20.0)
     assert all(s.count("k", 10.0, 3_029.99) == expected for s in bench.live)
+
+
+# -- capacity: one node counting thousands of keys --
+
+
+def _janitor_chores(bench: Bench) -> None:
+    """Give the janitor (a) both chores: a dead node's row to collect, and a bloated registry document."""
+    bench.tick()
+    bench.nodes["c"].set_row("health", {"ok": True})
+    bench.gossip(rounds=4)
+    bench.down.add("c")
+    b = bench.nodes["b"]
+    for i in range(8000):  # ~100 KB of registry churn, past max_doc_bytes
+        bench.now += 0.001
+        b.add("workers", f"w{i % 40}", {"i": i, "pad": "p" * 40}, bench.now)
+    bench.gossip(rounds=4)
+    bench.anti_entropy()
+
+
+def _assert_chores_done(bench: Bench, before: int) -> None:
+    a = bench.nodes["a"]
+    assert all("c" not in s.rows("health") for s in bench.live)  # GC of the dead node's row ran
+    gen = a.generation("g/workers")
+    assert gen is not None and gen.number >= 1  # the janitor compacted the registry
+    assert a.doc_sizes()["g/workers"] < before / 2
+
+
+def test_5000_keys_on_one_node_are_refused_past_the_bound_and_housekeeping_keeps_running() -> None:
+    # The default bounds, but GC and compaction soon (the smallest max_doc_bytes the default rows allow).
+    config = StateConfig(dead_gc_delay_s=2.0, housekeeping_interval_s=0.5, max_doc_bytes=64 * 1024)
+    bench = Bench(("a", "b", "c"), config)
+    _janitor_chores(bench)
+    before = bench.nodes["a"].doc_sizes()["g/workers"]
+    a, b = bench.nodes["a"], bench.nodes["b"]
+    accepted: list[str] = []
+    refused = 0
+    for i in range(5000):
+        try:
+            a.incr(f"tenant-{i}", 3600.0, bench.now)
+        except StateLimitError as exc:
+            assert "max_counter_fields=2048" in str(exc)
+            refused += 1
+        else:
+            accepted.append(f"tenant-{i}")
+    assert len(accepted) == config.max_counter_fields and refused == 5000 - len(accepted)
+    assert a.metrics().counters_refused == refused
+    assert a.incr("tenant-0", 3600.0, bench.now) == 2  # a counter already admitted keeps counting
+    for _ in range(16):  # 4 s: past the dead node's GC delay, with housekeeping every 0.5 s
+        bench.tick()
+        bench.gossip(rounds=1)
+    bench.anti_entropy()  # counter shards of 128 keys are bigger than a delta: push-pull carries them
+    _assert_chores_done(bench, before)
+    assert a.metrics().counter_flush_failures == 0
+    assert b.count("tenant-0", 3600.0, bench.now) == 2
+    assert sum(b.count(key, 3600.0, bench.now) for key in accepted) == len(accepted) + 1
+    assert b.count(f"tenant-{4999}", 3600.0, bench.now) == 0
+    bench.now += 3600.0  # the window expires: its counters leave at the next flush, freeing their slots
+    bench.tick()
+    assert a.incr("tenant-4999", 3600.0, bench.now) == 1
+
+
+def test_housekeeping_runs_while_counters_cannot_be_published() -> None:
+    # a counted 900 keys under a 64 KiB row bound, then restarted with the default 16 KiB: the previous
+    # life's counters are adopted whole (dropping them would under-count) and cannot be published.
+    roomy = StateConfig(dead_gc_delay_s=2.0, housekeeping_interval_s=0.5, max_doc_bytes=256 * 1024)
+    roomy = roomy.with_(counter_shards=1, max_row_bytes=64 * 1024)
+    bench = Bench(("a", "b", "c"), roomy)
+    for i in range(900):
+        bench.nodes["a"].incr(f"tenant-{i}", 3600.0, bench.now)
+    _janitor_chores(bench)
+    before = bench.nodes["a"].doc_sizes()["g/workers"]
+    a = bench.nodes["a"] = ClusterState("a", roomy.with_(max_row_bytes=16 * 1024, max_doc_bytes=64 * 1024))
+    bench.push_pull("a", "b", join=True)
+    for _ in range(16):
+        bench.tick()
+        bench.gossip(rounds=1)
+    bench.anti_entropy()
+    _assert_chores_done(bench, before)
+    assert a.metrics().counter_flush_failures >= 16
+    assert a.count("tenant-7", 3600.0, bench.now) == 1  # the adopted counts are still ours, exactly
+    assert bench.nodes["b"].count("tenant-7", 3600.0, bench.now) == 1
+
+
+def test_long_keys_are_refused_when_their_shard_is_full_and_the_row_always_fits() -> None:
+    config = StateConfig(counter_shards=2, max_row_bytes=4096, max_doc_bytes=16 * 1024)
+    state = ClusterState("a", config)
+    refused = 0
+    for i in range(200):
+        try:
+            state.incr(f"{i:04d}-" + "k" * 200, 60.0, 10.0)
+        except StateLimitError as exc:
+            assert "max_row_bytes=4096" in str(exc)
+            refused += 1
+    assert 0 < refused < 200 and state.metrics().counters_refused == refused
+    state.incr("0000-" + "k" * 200, 60.0, 10.0, 10**30)  # past the reserved digits: accounted at its size
+    state.tick(10.0, ["a"])
+    assert state.metrics().counter_flush_failures == 0
+    assert state.count("0000-" + "k" * 200, 60.0, 10.0) == 10**30 + 1
