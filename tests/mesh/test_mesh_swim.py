@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
-from mesh.actions import SendPacket, StreamRequest
+from mesh.actions import Action, SendPacket, StreamRequest
 from mesh.codec import encode_message, open_packet, seal_packet
 from mesh.config import MeshConfig
 from mesh.limits import MAX_PACKET_BYTES, MAX_PENDING_ACKS
@@ -40,6 +41,50 @@ def test_healthy_cluster_probes_without_failures() -> None:
         m = node.swim.metrics()
         assert m.probes_sent >= 55 and m.probes_failed == 0 and m.suspicions == 0
         assert m.members_alive == 5 and m.health_score == 0
+
+
+def _probe_targets(seed: int, n: int, rounds: int) -> list[str]:
+    """The members one node of a settled ``n``-node cluster pings directly over about ``rounds`` rounds."""
+    net, nodes = cluster(n, seed=seed)
+    prober = nodes[0]
+    targets: list[str] = []
+    drain = prober.swim.drain_actions
+
+    def tap() -> list[Action]:
+        actions = drain()
+        for action in actions:
+            if isinstance(action, SendPacket):
+                msgs = open_packet(action.data, None)
+                targets.extend(m.target for m in msgs if isinstance(m, Ping) and m.source_name == prober.name)
+        return actions
+
+    prober.swim.drain_actions = tap  # type: ignore[method-assign]
+    net.run_for(LAN.probe_interval_s * (n - 1) * rounds)
+    assert sum(node.swim.metrics().probes_failed for node in nodes) == 0  # so no ping is a relayed one
+    return targets
+
+
+def test_every_member_is_probed_once_per_round_in_a_fresh_order_each_round() -> None:
+    n, rounds = 6, 9
+    targets = _probe_targets(1, n, rounds)
+    others = {f"n{k}" for k in range(1, n)}
+    assert len(targets) >= (n - 1) * (rounds - 1)
+    # Observation starts mid-round: some offset splits the rest into rounds, each a permutation of the others.
+    aligned = []
+    for offset in range(n - 1):
+        orders = [tuple(targets[i : i + n - 1]) for i in range(offset, len(targets) - (n - 2), n - 1)]
+        if all(sorted(order) == sorted(others) for order in orders):
+            aligned.append(orders)
+    assert aligned, f"no split of {targets} into rounds probing each member once"
+    orders = aligned[0]
+    assert len(orders) >= rounds - 1
+    # Reshuffled at every wrap: two consecutive rounds coincide with probability 1/120 for 5 members; a fixed
+    # round-robin order would never change.
+    changes = sum(a != b for a, b in itertools.pairwise(orders))
+    assert changes >= len(orders) - 2, orders
+    # The shuffle draws from the injected seeded RNG: the same seed probes in the same order, another does not.
+    assert _probe_targets(1, n, rounds) == targets
+    assert _probe_targets(2, n, rounds) != targets
 
 
 def test_indirect_probe_saves_a_member_behind_a_broken_link() -> None:
