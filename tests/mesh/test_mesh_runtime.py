@@ -186,6 +186,16 @@ async def test_join_retries_until_the_seed_comes_up() -> None:
         await eventually(lambda: states(joiner).get("late-seed") == MemberState.ALIVE)
 
 
+async def test_join_with_a_dead_first_seed_counts_the_one_that_answered() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there once the socket closes
+    async with meshes(2) as (seed, joiner):
+        assert await asyncio.wait_for(joiner.join([dead, seed.addr]), CONFIG.join_timeout_s) == 1
+        await eventually(lambda: states(seed).get("m1") == MemberState.ALIVE)
+        assert states(joiner) == {"m0": MemberState.ALIVE, "m1": MemberState.ALIVE}
+
+
 async def test_garbage_datagrams_are_counted_not_fatal() -> None:
     async with meshes(2) as (a, b):
         await b.join([a.addr])
