@@ -4,7 +4,7 @@
     async with Mesh(config, delegate=state) as mesh:           # deltas ride on gossip, state on push-pull
         state.set_row("health", {"load": 3, "ok": True})       # our row; every node has one per table
         state.add("workers", "w-17", {"url": "grpc://..."}, now)  # shared registry, any node adds/removes
-        state.incr("tenant-a", 60.0, now)                      # cluster-wide rate-limit counter
+        state.incr("tenant-a", "rpm", 60.0, now)               # cluster-wide rate-limit counter
         state.subscribe(on_change)                             # Change(kind, table, key, value, ...)
         ... every tick_interval_s: state.tick(now, alive_member_names)
 
@@ -178,15 +178,16 @@ class ClusterState:
 
     # -- counters --------------------------------------------------------------------------------------
 
-    def incr(self, key: str, window_s: float, now: float, amount: int = 1) -> int:
-        """Count admissions of ``key`` in the window containing ``now``; returns the global count.
+    def incr(self, key: str, limit: str, window_s: float, now: float, amount: int = 1) -> int:
+        """Count admissions of ``key`` under the limit named ``limit`` (a counter per key, limit name and
+        window) in the window containing ``now``; returns the global count.
         Published at the next ``tick``. See state_counters.py for the over-admission bound. Raises
         ValueError for bad arguments, StateLimitError for a new counter past max_counter_fields (or
         its shard's max_row_bytes): the caller decides whether to admit."""
-        return self._counters.incr(key, window_s, now, amount, self._is_live)
+        return self._counters.incr(key, limit, window_s, now, amount, live=self._is_live)
 
-    def count(self, key: str, window_s: float, now: float) -> int:
-        return self._counters.count(key, window_s, now, self._is_live)
+    def count(self, key: str, limit: str, window_s: float, now: float) -> int:
+        return self._counters.count(key, limit, window_s, now, self._is_live)
 
     def synced_peers(self) -> frozenset[str]:
         """Live peers whose full state or diff we have merged at least once (for a rate limiter: until

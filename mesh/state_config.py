@@ -30,8 +30,11 @@ MAX_ENTRY_KEY_BYTES: Final = 256
 #: Counter keys (rate-limit keys): same order as entry keys.
 MAX_COUNTER_KEY_BYTES: Final = 256
 
-#: Separates an entry key from its slot owner, and a counter key from its window, inside stored keys.
-#: Forbidden in table names, node ids, entry keys and counter keys.
+#: Rate-limit names ("rpm", "tokens-per-day"): part of every counter field, so short.
+MAX_LIMIT_NAME_BYTES: Final = 32
+
+#: Separates an entry key from its slot owner, and a counter's key, limit name and window, inside stored
+#: keys. Forbidden in table names, node ids, entry keys, counter keys and limit names.
 KEY_SEPARATOR: Final = "\x1f"
 
 #: Reserved row table of the rate-limit counter shards (user table names may not start with "~").
@@ -73,7 +76,7 @@ class StateConfig:
 
     max_counter_fields: int = field(
         default=2048,
-        metadata=_help("most active rate-limit counters (key, window) one node counts; a new one past it is refused"),
+        metadata=_help("most active rate-limit counters (key, limit, window) one node counts; more are refused"),
     )
 
     # -- sharding --

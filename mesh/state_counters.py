@@ -1,9 +1,11 @@
-"""Cluster-wide rate-limit counters: per (key, window) one shard per node, summed over live nodes.
+"""Cluster-wide rate-limit counters: per (key, limit, window) one shard per node, summed over live nodes.
 
-Each node counts its own admissions in ``(key, window)`` for the current window epoch
-``floor(now / window)`` and publishes them in its own row of the reserved ``~counters`` table (sharded
-by field over ``counter_shards`` documents so one key's update is a small delta). Counts are JSON
-*strings* (never pycrdt numbers, which are float64); epochs are JSON ints inside the row text.
+Each node counts its own admissions of a *counter* — a (key, limit name, window) triple, e.g. ("tenant-a",
+"rpm", 60 s) — for the current window epoch ``floor(now / window)`` and publishes them in its own row of
+the reserved ``~counters`` table (sharded by field over ``counter_shards`` documents so one key's update
+is a small delta). A field is ``key \\x1f limit \\x1f window_ms`` (the limit is a short name, not its
+numeric value: changing a limit's maximum keeps its count). Counts are JSON *strings* (never pycrdt
+numbers, which are float64); epochs are JSON ints inside the row text.
 
 * Merge of two versions of one node's shard (its previous life's, seen after a restart): per field the
   higher epoch wins, then the larger count.
@@ -44,6 +46,7 @@ from mesh.state_config import (
     COUNTER_TABLE,
     KEY_SEPARATOR,
     MAX_COUNTER_KEY_BYTES,
+    MAX_LIMIT_NAME_BYTES,
     StateConfig,
     check_key,
 )
@@ -75,17 +78,17 @@ def epoch_of(now: float, window: int) -> int:
     return int(now * 1000) // window
 
 
-def counter_field(key: str, window: int) -> str:
+def counter_field(key: str, limit: str, window: int) -> str:
     """The stored field of a counter (``window`` in ms)."""
-    return f"{key}{KEY_SEPARATOR}{window}"
+    return f"{key}{KEY_SEPARATOR}{limit}{KEY_SEPARATOR}{window}"
 
 
-def parse_field(field: str) -> tuple[str, int] | None:
-    """(key, window_ms) of a stored field, or None if it is not one."""
+def parse_field(field: str) -> tuple[str, str, int] | None:
+    """(key, limit, window_ms) of a stored field, or None if it is not one."""
     parts = field.split(KEY_SEPARATOR)
-    if len(parts) != 2 or not parts[1].isdigit() or int(parts[1]) < 1:
+    if len(parts) != 3 or not parts[2].isdigit() or int(parts[2]) < 1:
         return None
-    return parts[0], int(parts[1])
+    return parts[0], parts[1], int(parts[2])
 
 
 def _parse(value: Json) -> tuple[int, int] | None:
@@ -138,15 +141,18 @@ class Counters:
         """Active counters of ours (expired ones leave at the next flush)."""
         return len(self._mine)
 
-    def incr(self, key: str, window_s: float, now: float, amount: int, live: Callable[[str], bool]) -> int:
+    def incr(
+        self, key: str, limit: str, window_s: float, now: float, amount: int, *, live: Callable[[str], bool]
+    ) -> int:
         """Count ``amount`` admissions now; returns the global count of the current window. Raises
-        ValueError for a bad key, window or a negative amount; StateLimitError (counted)
+        ValueError for a bad key, limit name, window or a negative amount; StateLimitError (counted)
         for a new counter past ``max_counter_fields`` or one its shard has no room for."""
         if amount < 0:
             raise ValueError(f"amount: must be >= 0, got {amount}")
         check_key(key, "counter key", MAX_COUNTER_KEY_BYTES)
+        check_key(limit, "limit name", MAX_LIMIT_NAME_BYTES)
         window = window_ms(window_s)
-        field = counter_field(key, window)
+        field = counter_field(key, limit, window)
         epoch = epoch_of(now, window)
         slot = self._mine.get(field)
         if slot is None:
@@ -158,10 +164,10 @@ class Counters:
         # (stored epoch > now's: our clock went back; that newer window keeps its count.)
         return self._total(field, epoch, live)
 
-    def count(self, key: str, window_s: float, now: float, live: Callable[[str], bool]) -> int:
+    def count(self, key: str, limit: str, window_s: float, now: float, live: Callable[[str], bool]) -> int:
         """The global count of a counter in the current window: ours plus every live peer's."""
         window = window_ms(window_s)
-        return self._total(counter_field(key, window), epoch_of(now, window), live)
+        return self._total(counter_field(key, limit, window), epoch_of(now, window), live)
 
     def _total(self, field: str, epoch: int, live: Callable[[str], bool]) -> int:
         mine = self._mine.get(field)
@@ -241,7 +247,7 @@ class Counters:
                 shard = field_shard(field, self._config.counter_shards)
                 name_bytes = len(dumps(field).encode())
                 cost = _cost(name_bytes, epoch, count)
-                self._mine[field] = _Slot(shape[1], shard, name_bytes, epoch, count, cost)
+                self._mine[field] = _Slot(shape[2], shard, name_bytes, epoch, count, cost)
                 self._shard_bytes[shard] += cost
             elif (epoch, count) > (slot.epoch, slot.count):
                 cost = _cost(slot.name_bytes, epoch, count)

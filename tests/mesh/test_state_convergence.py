@@ -63,7 +63,7 @@ def _run(n: int, program: list[Op], loss: float, duplicate: float, shards: int, 
             registry[f"w{op.key}"] = None
         elif op.kind == "incr":
             amount = abs(op.value) % 7
-            node.incr(f"k{op.key}", WINDOW_S, bench.now, amount)
+            node.incr(f"k{op.key}", "rpm", WINDOW_S, bench.now, amount)
             total += amount
         elif op.kind == "deliver":
             bench.deliver()
@@ -80,7 +80,7 @@ def _run(n: int, program: list[Op], loss: float, duplicate: float, shards: int, 
         entries = state.entries("workers")
         for key, value in registry.items():
             assert entries.get(key) == value
-        assert sum(state.count(f"k{k}", WINDOW_S, bench.now) for k in range(4)) == total
+        assert sum(state.count(f"k{k}", "rpm", WINDOW_S, bench.now) for k in range(4)) == total
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

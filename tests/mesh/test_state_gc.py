@@ -193,7 +193,7 @@ def test_a_late_joiner_gets_the_whole_state_in_one_push_pull() -> None:
     for i, name in enumerate(("a", "b", "c")):
         bench.nodes[name].set_row("health", {"i": i})
         bench.nodes[name].add("workers", f"w{i}", i, bench.now)
-        bench.nodes[name].incr("k", 1e6, bench.now, i + 1)
+        bench.nodes[name].incr("k", "rpm", 1e6, bench.now, i + 1)
     bench.tick()
     bench.gossip(rounds=5)
     bench.down.discard("late")
@@ -201,7 +201,7 @@ def test_a_late_joiner_gets_the_whole_state_in_one_push_pull() -> None:
     late = bench.nodes["late"]
     assert bench.snapshot(late) == bench.snapshot(bench.nodes["a"])
     assert len(late.rows("health")) == 3 and len(late.entries("workers")) == 3
-    assert late.count("k", 1e6, bench.now) == 6
+    assert late.count("k", "rpm", 1e6, bench.now) == 6
 
 
 def test_a_restarted_node_gets_the_state_and_its_stale_row_is_replaced() -> None:

@@ -74,7 +74,7 @@ class ClusterMachine(RuleBasedStateMachine):
     def incr(self, i: int, n: int) -> None:
         name = self._up(i)
         if name is not None:
-            self.bench.nodes[name].incr("k", 1e7, self.bench.now, n)
+            self.bench.nodes[name].incr("k", "rpm", 1e7, self.bench.now, n)
 
     @rule(loss=st.sampled_from([0.0, 0.3, 1.0]), rounds=st.integers(1, 3))
     def gossip(self, loss: float, rounds: int) -> None:
@@ -137,7 +137,7 @@ class ClusterMachine(RuleBasedStateMachine):
             for key, value in self.registry.items():
                 if key not in self.unknown:
                     assert entries.get(key) == value, (state.node_id, key)
-        counts = {s.count("k", 1e7, bench.now) for s in bench.live}
+        counts = {s.count("k", "rpm", 1e7, bench.now) for s in bench.live}
         assert len(counts) == 1
 
 

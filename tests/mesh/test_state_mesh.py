@@ -62,17 +62,17 @@ def test_a_row_change_reaches_every_member_within_a_few_gossip_rounds() -> None:
 def test_registry_and_counters_travel_and_a_late_joiner_gets_everything_at_join() -> None:
     sim = _settled(3, seed=2)
     sim.states["s1"].add("workers", "w1", {"url": "grpc://w1"}, sim.wall)
-    sim.states["s2"].incr("tenant", 60.0, sim.wall, 7)
+    sim.states["s2"].incr("tenant", "rpm", 60.0, sim.wall, 7)
     sim.states["s0"].set_row("cache", {"summary": list(range(50))})
     sim.run_for(2.0)
     assert all(s.entries("workers") == {"w1": {"url": "grpc://w1"}} for s in sim.states.values())
-    assert all(s.count("tenant", 60.0, sim.wall) == 7 for s in sim.states.values())
+    assert all(s.count("tenant", "rpm", 60.0, sim.wall) == 7 for s in sim.states.values())
     sim.add("late")
     sim.run_for(0.1)  # the join push-pull alone
     late = sim.states["late"]
     assert late.entries("workers") == {"w1": {"url": "grpc://w1"}}
     assert late.rows("cache")["s0"] == {"summary": list(range(50))}
-    assert late.count("tenant", 60.0, sim.wall) == 7
+    assert late.count("tenant", "rpm", 60.0, sim.wall) == 7
 
 
 def test_rows_never_vanish_while_others_relay_newer_values() -> None:
@@ -165,8 +165,8 @@ async def test_three_real_meshes_share_state() -> None:
                 )
             )
             assert elapsed < 2.0  # a few 50 ms gossip rounds, with room for a busy box
-            states[0].incr("k", 60.0, wall(), 3)
-            await _eventually(lambda: all(s.count("k", 60.0, wall()) == 3 for s in states))
+            states[0].incr("k", "rpm", 60.0, wall(), 3)
+            await _eventually(lambda: all(s.count("k", "rpm", 60.0, wall()) == 3 for s in states))
         finally:
             for task in tasks:
                 task.cancel()
