@@ -1,8 +1,11 @@
 """The history stores as the HTTP edge uses them: storage errors mapped once to API errors, and fail-fast
 while the backend is known to be down.
 
-Mapping: NotFound -> 404, Conflict -> 409, InvalidInput -> 400, StorageUnavailable -> 503. The backend's
-own outage detail (addresses, driver errors) goes to the log, not to the client.
+Mapping: NotFound -> 404, Conflict -> 409, InvalidInput -> 400, StorageUnavailable -> 503, any other
+StorageError (a database error the backend does not classify, a schema that cannot be migrated) -> 500
+`storage_error`, logged with its cause. Every storage error thus becomes a GatewayError: a JSON answer gets
+the API's error envelope, a stream ends with response.failed. The backend's own detail (addresses, driver
+errors, SQL states) goes to the log, not to the client.
 """
 
 from __future__ import annotations
@@ -29,12 +32,22 @@ UNAVAILABLE_MESSAGE = (
     "The response history store is unavailable; retry later. Requests with store=false and without "
     "previous_response_id or conversation do not need it."
 )
+FAILED_MESSAGE = (
+    "The response history store failed to process this request. Requests with store=false and without "
+    "previous_response_id or conversation do not need it."
+)
 
 
 class StorageUnavailableError(GatewayError):
     status = 503
     error_type = "service_unavailable"
     code = "storage_unavailable"
+
+
+class StorageFailed(GatewayError):
+    status = 500
+    error_type = "server_error"
+    code = "storage_error"
 
 
 class StorageConflict(GatewayError):
@@ -79,7 +92,8 @@ class History:
 
     async def run(self, op: Callable[[], Awaitable[T]], *, param: str | None = None) -> T:
         """Await one store call, mapping storage errors to API errors (``param`` names the request field
-        the ids came from). Raises StorageUnavailableError, NotFound, StorageConflict, InvalidRequest."""
+        the ids came from). Raises StorageUnavailableError, NotFound, StorageConflict, InvalidRequest,
+        StorageFailed."""
         self.check_available()
         try:
             result = await op()
@@ -95,6 +109,10 @@ class History:
             raise StorageConflict(_sentence(exc), param=param) from exc
         except storage_errors.InvalidInput as exc:
             raise InvalidRequest(_sentence(exc), param=param) from exc
+        except storage_errors.StorageError as exc:
+            # Not an outage (the gate stays as it is): the backend answered, with something unexpected.
+            log.error("history store error: %s", exc, exc_info=exc)
+            raise StorageFailed(FAILED_MESSAGE) from exc
         self._gate.succeeded()
         return result
 
