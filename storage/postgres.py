@@ -93,6 +93,9 @@ async def retry_transient(
         except _RETRYABLE as exc:
             if attempt + 1 == attempts:
                 raise StorageUnavailable(f"postgres: still conflicting after {attempts} attempts") from exc
+            _log.debug(
+                "postgres: %s (SQLSTATE %s); re-running, attempt %d of %d", exc, exc.sqlstate, attempt + 2, attempts
+            )
             await sleep(rng.uniform(0, base_s * 2**attempt))
     raise AssertionError("unreachable")
 

@@ -4,6 +4,7 @@ retries, fast failure, recovery after outages and killed connections, and the re
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 import time
@@ -157,6 +158,104 @@ async def test_retry_transient_retries_conflicts_then_gives_up() -> None:
     with pytest.raises(pgexc.UndefinedTableError):
         await retry_transient(broken, rng=random.Random(1), sleep=sleep)
     assert sleeps == []
+
+
+# ---- contention against the real server -----------------------------------------------------------
+# The store's own transactions lose a real conflict on their first attempt; retry_transient re-runs them.
+
+
+def with_settings(url: str, **settings: str) -> str:
+    """`url` with server settings for every connection of the store's pool (asyncpg passes unknown DSN
+    query parameters to the server)."""
+    return url + "?" + "&".join(f"{k}={v.replace(' ', '%20')}" for k, v in settings.items())
+
+
+async def wait_for_lock_wait(admin: asyncpg.Connection[Any], table_prefix: str) -> None:
+    """Until one of the store's connections is blocked on a lock held elsewhere."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        waiting = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+            f"smg-node-storage:{table_prefix}",
+        )
+        if waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the store never waited for the helper's lock")
+
+
+def conversation_turn(rid: str, conv_id: str) -> ResponseRecord:
+    return ResponseRecord(rid, 0, {}, output=(msg(f"{rid}_out"),), conversation_id=conv_id)
+
+
+def retries_logged(caplog: pytest.LogCaptureFixture, sqlstate: str) -> int:
+    return sum(1 for r in caplog.records if r.name == "storage.postgres" and f"SQLSTATE {sqlstate}" in r.getMessage())
+
+
+async def test_serialization_failure_is_retried_to_completion(
+    postgres_url: str, fresh_table_prefix: str, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store runs at REPEATABLE READ; a helper transaction holds the conversation row's lock while the
+    store's put (with a conversation) updates that row. When the helper commits, the store's attempt fails
+    with 40001 (concurrent update) and the re-run succeeds."""
+    url = with_settings(postgres_url, default_transaction_isolation="repeatable read")
+    t = fresh_table_prefix
+    async with open_stores(pg_config(url, t)) as s:
+        await s.conversations.create(tenant, Conversation("conv_1", 0), [msg("a")])
+        admin, helper = await asyncpg.connect(postgres_url), await asyncpg.connect(postgres_url)
+        try:
+            await helper.execute("BEGIN")
+            await helper.execute(f"UPDATE {t}conversations SET metadata = '{{}}' WHERE tenant = $1", tenant)
+            with caplog.at_level(logging.DEBUG, logger="storage.postgres"):
+                put = asyncio.create_task(s.responses.put(tenant, conversation_turn("resp_1", "conv_1"), [msg("b")]))
+                await wait_for_lock_wait(admin, t)
+                await helper.execute("COMMIT")
+                await asyncio.wait_for(put, timeout=5)
+        finally:
+            await helper.close()
+            await admin.close()
+    async with open_stores(pg_config(postgres_url, t)) as s:
+        assert (await s.responses.get(tenant, "resp_1")).conversation_id == "conv_1"
+        items = (await s.conversations.list_items(tenant, "conv_1", order="asc")).items
+        assert [i.id for i in items] == ["a", "b", "resp_1_out"]
+    assert retries_logged(caplog, "40001") == 1
+
+
+async def test_deadlock_is_retried_to_completion(
+    postgres_url: str, fresh_table_prefix: str, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real deadlock at the default isolation: a helper transaction inserts (uncommitted) the response id
+    the store's put is about to insert; the put locks the conversation row and waits for that insert; the
+    helper then updates the conversation row. Postgres breaks the cycle by aborting the store's attempt (its
+    deadlock_timeout is the shorter one, so it runs the check); the helper rolls back and the re-run commits."""
+    url = with_settings(postgres_url, deadlock_timeout="50ms")
+    t = fresh_table_prefix
+    async with open_stores(pg_config(url, t)) as s:
+        await s.conversations.create(tenant, Conversation("conv_1", 0), [msg("a")])
+        admin, helper = await asyncpg.connect(postgres_url), await asyncpg.connect(postgres_url)
+        try:
+            await helper.execute("BEGIN")
+            await helper.execute("SET LOCAL deadlock_timeout = '60s'")
+            columns = "tenant, id, created_at, body, output"
+            await helper.execute(f"INSERT INTO {t}responses ({columns}) VALUES ($1, 'resp_1', 0, '{{}}', '[]')", tenant)
+            with caplog.at_level(logging.DEBUG, logger="storage.postgres"):
+                put = asyncio.create_task(s.responses.put(tenant, conversation_turn("resp_1", "conv_1"), [msg("b")]))
+                await wait_for_lock_wait(admin, t)
+                # Blocks on the store's lock of the conversation row until the store's attempt is aborted.
+                updated = await asyncio.wait_for(
+                    helper.execute(f"UPDATE {t}conversations SET metadata = '{{}}' WHERE tenant = $1", tenant), 10
+                )
+                assert updated == "UPDATE 1"
+                assert not put.done()  # the store's first attempt is gone; its re-run waits for the helper
+                await helper.execute("ROLLBACK")
+                await asyncio.wait_for(put, timeout=5)
+        finally:
+            await helper.close()
+            await admin.close()
+        assert (await s.responses.get(tenant, "resp_1")).conversation_id == "conv_1"
+        items = (await s.conversations.list_items(tenant, "conv_1", order="asc")).items
+        assert [i.id for i in items] == ["a", "b", "resp_1_out"]
+    assert retries_logged(caplog, "40P01") == 1
 
 
 async def test_unreachable_server_fails_fast(table_prefix: str, tenant: str) -> None:
