@@ -33,10 +33,9 @@ delay ``d`` (at most log2 N + 3 gossip intervals while the node's counter shard 
 admitting at rate ``r``, a window admits at most ``limit + (N - 1) * r * (tick_interval_s + d)``
 (tests/mesh/test_state_admission.py: 5 simulated members at 40 requests/s each against a limit of 200
 admit 219-248 on the LAN profile and 330-507 with 1 s gossip and 2 s flushes over 8 seeds; bounds 412
-and 1,372). Two more slack sources: the
-admissions of a node that dies mid-window leave the sum (up to its count), and a node that has not yet
-heard from the others sees only its own count — the caller should grant each node ``limit / N`` until
-``ClusterState.synced_peers()`` covers the live members.
+and 1,372). Two more slack sources: the admissions of a node that dies mid-window leave the sum (up to
+its count), and a node that has not yet heard from the others sees only its own count — the caller
+should grant each node ``limit / N`` until ``ClusterState.synced_peers()`` covers the live members.
 """
 
 from __future__ import annotations
