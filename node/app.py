@@ -31,7 +31,8 @@ from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel, load_served_model
 from node.routing.affinity import AffinityHints
-from node.routing.kv_index import KvIndex
+from node.routing.kv_indexes import KvIndexes
+from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
 from node.workers.client import WorkerClient
@@ -74,7 +75,7 @@ async def run_node(
         roles = ("regular", "prefill", "decode")
         by_model = routing.policies_by_model()
         cache_aware = "cache_aware" in {*(routing.policy_for(role) for role in roles), *by_model.values()}
-        kv_index = KvIndex(routing.kv_index_max_blocks) if cache_aware else None
+        kv_indexes = KvIndexes(routing.kv_index_max_blocks) if cache_aware else None
         hints = None
         if mesh is not None and cache_aware:
             hints = AffinityHints(
@@ -89,26 +90,26 @@ async def run_node(
             health_publish_interval_s=config.workers.health_publish_interval_s,
             on_hints=hints.receive if hints is not None else lambda _msg: None,
         )
-        policy = make_policy(routing.policy, routing, kv_index=kv_index, hints=hints)
         models: list[ServedModel] = []  # filled once loaded, before HTTP serves
-        # Prefill and decode pools get policies of their own (their state is theirs: trees, rings, credit).
-        role_policies = {
-            role: make_policy(routing.policy_for(role), routing, kv_index=kv_index, hints=hints)
-            for role in ("prefill", "decode")
-        }
-        model_policies = {
-            model: make_policy(name, routing, kv_index=kv_index, hints=hints) for model, name in by_model.items()
-        }
+
+        def policy_for(role: str, model: str | None) -> RoutingPolicy:
+            # Made on a pool's first request, so after the models are loaded: --model-policy may name an alias.
+            name = routing.policy_for(role)
+            if role == "regular" and model is not None:
+                served = next((m for m in models if m.name == model), None)
+                name = next((p for n, p in by_model.items() if served is not None and served.answers_to(n)), name)
+            kv_index = kv_indexes.of(model) if kv_indexes is not None else None
+            return make_policy(name, routing, kv_index=kv_index, hints=hints)
+
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory
             or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
-            policy=policy,
+            policies=policy_for,
+            policy_name=routing.policy,
             supervisor=supervisor,
-            kv_index=kv_index,
+            kv_indexes=kv_indexes,
             board=shared.board,
-            role_policies=role_policies,
-            model_policies=model_policies,
             model_of=lambda worker: _model_of(models, worker),
         )
         stack.push_async_callback(pool.close)
@@ -128,13 +129,9 @@ async def run_node(
 
         models.extend(await _load_models(config, pool))
         model = models[0]
-        for name in list(model_policies):  # keyed by the name requests are routed with, not an alias
-            served = next((m for m in models if m.answers_to(name)), None)
-            if served is None:
+        for name in by_model:
+            if not any(m.answers_to(name) for m in models):
                 log.warning("--model-policy names %r, which is not a served model: ignored", name)
-            elif served.name != name:
-                model_policies[served.name] = model_policies.pop(name)
-
         metrics = NodeMetrics(pool)
         metrics.watch_tokenizer(model.tokenizer)
         metrics.watch_state(shared)

@@ -3,7 +3,11 @@
 Invariants: a worker is in rotation only after a successful health check; it leaves rotation after
 ``health_failures_to_unhealthy`` failed checks in a row, or at once when a request to it fails to connect.
 Load comes from GetLoads on every health check, and from the KV-event stream's load records where a worker
-publishes them. With a KV index (cache_aware routing), every worker's SubscribeKvEvents stream feeds it.
+publishes them. With KV indexes (cache_aware routing), every worker's SubscribeKvEvents stream feeds the index
+of the model it serves.
+
+Policies: one per (role, served model), made on first use, so each model's pool keeps its own learned state
+(trees, rings, sticky keys, dispatch credit) and reads its own model's KV index.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from node.config import WorkerPoolConfig
 from node.errors import KvEventsUnsupported, NoHealthyWorker, WorkerFailed
-from node.routing.kv_index import KvIndex, Resubscribe
+from node.routing.kv_index import Resubscribe
+from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import LoadView, RouteRequest, RoutingPolicy
 from node.tasks import Supervisor
 from node.workers.client import WorkerClient
@@ -27,6 +32,8 @@ from node.workers.types import ModelInfo
 log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[str], WorkerClient]
+#: Makes the policy of one pool: (role, served model or None when the pool does not tell models apart).
+PolicyFactory = Callable[[str, str | None], RoutingPolicy]
 
 # A broken KV-event stream is retried after this pause, doubling up to the cap.
 KV_RETRY_MIN_S = 0.5
@@ -76,25 +83,23 @@ class WorkerPool:
         config: WorkerPoolConfig,
         *,
         client_factory: ClientFactory,
-        policy: RoutingPolicy,
+        policies: PolicyFactory,
+        policy_name: str,
         supervisor: Supervisor,
-        kv_index: KvIndex | None = None,
+        kv_indexes: KvIndexes | None = None,
         board: HealthBoard | None = None,
-        role_policies: Mapping[str, RoutingPolicy] | None = None,
-        model_policies: Mapping[str, RoutingPolicy] | None = None,
         model_of: Callable[[Worker], str | None] | None = None,
     ) -> None:
-        """``policy`` routes regular workers, except a model's with an entry in ``model_policies``, and any
-        role without its own entry in ``role_policies``."""
+        """``policies(role, model)`` makes the policy of a pool; ``policy_name`` is the default's (shown).
+        ``model_of`` says which served model a worker belongs to (None: not known yet, or none we serve);
+        without it every worker serves every model and there is one KV index."""
         self._config = config
-        self._policy = policy
-        self._role_policies = dict(role_policies or {})
-        # Not copied: the composition root renames its keys to served names once the models are loaded.
-        self._model_policies = model_policies if model_policies is not None else {}
-        # Which served model a worker belongs to (None: none we serve); without it every worker serves all.
+        self._make_policy = policies
+        self._policy_name = policy_name
+        self._policies: dict[tuple[str, str | None], RoutingPolicy] = {}
         self._model_of = model_of
         self._supervisor = supervisor
-        self._kv_index = kv_index
+        self._kv_indexes = kv_indexes
         self._board = board
         self._client_factory = client_factory
         self._workers: dict[str, Worker] = {}
@@ -114,7 +119,15 @@ class WorkerPool:
 
     @property
     def policy_name(self) -> str:
-        return self._policy.name
+        return self._policy_name
+
+    @property
+    def kv_indexes(self) -> KvIndexes | None:
+        return self._kv_indexes
+
+    def policies(self) -> dict[tuple[str, str | None], RoutingPolicy]:
+        """Every policy made so far, by (role, model)."""
+        return dict(self._policies)
 
     @property
     def board(self) -> HealthBoard | None:
@@ -143,8 +156,8 @@ class WorkerPool:
             worker = self._workers.pop(wid)
             for task in worker.tasks:
                 task.cancel()
-            if self._kv_index is not None:
-                self._kv_index.forget_worker(worker.url)
+            if self._kv_indexes is not None:
+                self._kv_indexes.forget_worker(worker.url)
             if self._board is not None:
                 self._board.forget(wid)
             if self._started:
@@ -167,19 +180,20 @@ class WorkerPool:
             self._tell_policies()
 
     def _policy_of(self, role: str, model: str | None) -> RoutingPolicy:
-        if role == "regular" and model is not None:
-            return self._model_policies.get(model, self._policy)
-        return self._role_policies.get(role, self._policy)
+        policy = self._policies.get((role, model))
+        if policy is None:
+            policy = self._policies[(role, model)] = self._make_policy(role, model)
+            policy.on_workers_changed(self._urls_for(role))
+        return policy
+
+    def _urls_for(self, role: str) -> list[str]:
+        # A regular pool's policy hears of every worker: which model a worker serves may be known only after
+        # its first health check, and policies only ever choose among the candidates they are given.
+        return [w.url for w in self._workers.values() if role in ("regular", w.role)]
 
     def _tell_policies(self) -> None:
-        # A model's policy hears of every worker: which model a worker serves may be known only after its
-        # first health check, and policies only ever choose among the candidates they are given.
-        urls = [w.url for w in self._workers.values()]
-        self._policy.on_workers_changed(urls)
-        for policy in self._model_policies.values():
-            policy.on_workers_changed(urls)
-        for role, policy in self._role_policies.items():
-            policy.on_workers_changed([w.url for w in self._workers.values() if w.role == role])
+        for (role, _), policy in self._policies.items():
+            policy.on_workers_changed(self._urls_for(role))
 
     def can_serve(self, model: str | None = None) -> bool:
         """A request (for ``model``) could be routed now: a regular worker, or a prefill and a decode one."""
@@ -197,9 +211,9 @@ class WorkerPool:
 
     def _watch(self, worker: Worker) -> None:
         worker.tasks.append(self._supervisor.spawn(self._health_loop(worker), name=f"health-{worker.url}"))
-        if self._kv_index is not None:
+        if self._kv_indexes is not None:
             worker.tasks.append(
-                self._supervisor.spawn(self._kv_loop(worker, self._kv_index), name=f"kv-events-{worker.url}")
+                self._supervisor.spawn(self._kv_loop(worker, self._kv_indexes), name=f"kv-events-{worker.url}")
             )
 
     async def close(self) -> None:
@@ -305,23 +319,40 @@ class WorkerPool:
             worker.checked = True
         self._publish(worker)
 
-    async def _kv_loop(self, worker: Worker, index: KvIndex) -> None:
-        """Feed ``index`` from the worker's KV events, resubscribing after gaps and broken streams."""
+    def _indexed_model(self, worker: Worker) -> tuple[bool, str | None]:
+        """(known, model): the model whose KV index ``worker`` feeds; not known before its model is."""
+        if self._model_of is None:
+            return True, None
+        model = self._model_of(worker)
+        return model is not None, model
+
+    async def _kv_loop(self, worker: Worker, indexes: KvIndexes) -> None:
+        """Feed its model's index from the worker's KV events, resubscribing after gaps and broken streams."""
         pause = KV_RETRY_MIN_S
         while True:
+            known, model = self._indexed_model(worker)
+            if not known:  # a worker's model is learned at a health check (or once the models are loaded)
+                await asyncio.sleep(self._config.health_interval_s)
+                continue
+            index = indexes.of(model)
             try:
-                gap = False
+                again = False
                 async for batch, load in worker.client.kv_events(index.resume_from(worker.url)):
                     worker.kv_events = "streaming"
                     pause = KV_RETRY_MIN_S
                     if load is not None:
                         worker.stream_loads = True
                         self._set_load(worker, load)
+                    if self._indexed_model(worker) != (True, model):  # re-registered for another model
+                        log.info("worker %s now serves another model: resubscribing", worker.url)
+                        index.forget_worker(worker.url)
+                        again = True
+                        break
                     if batch is not None and isinstance(index.apply(worker.url, batch), Resubscribe):
                         log.info("KV events of %s skipped batches: resubscribing", worker.url)
-                        gap = True
+                        again = True
                         break
-                if not gap:  # the worker ended the stream: reconnect, but never in a tight loop
+                if not again:  # the worker ended the stream: reconnect, but never in a tight loop
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, KV_RETRY_MAX_S)
             except KvEventsUnsupported:
