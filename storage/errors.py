@@ -1,8 +1,9 @@
 """The storage layer's error tree.
 
 The HTTP edge maps these once: NotFound -> 404, Conflict -> 409, InvalidInput -> 400,
-StorageUnavailable -> 503 (fail fast, the client may retry). Backend exceptions never escape a store:
-each backend wraps them with `raise ... from exc`.
+StorageUnavailable -> 503 (fail fast, the client may retry), StorageContended -> 503 (retry; not an
+outage), any other StorageError -> 500. Backend exceptions never escape a store: each backend wraps them
+with `raise ... from exc`.
 """
 
 
@@ -28,6 +29,12 @@ class StorageUnavailable(StorageError):
     A write that raised this may or may not have been applied (the reply can be lost after the commit);
     retrying it is safe because every write is conditional on ids and reports Conflict if it already landed.
     """
+
+
+class StorageContended(StorageError):
+    """The write kept losing to concurrent writes of the same rows (serialization failures, deadlocks)
+    through all of the backend's bounded retries. The backend is up and answering: this is not an outage,
+    and nothing of the write was applied (each attempt rolled back), so retrying it later is safe."""
 
 
 class MigrationError(StorageError):

@@ -3,8 +3,9 @@ the server default synchronous_commit=on, flushed) when the call returns.
 
 Multi-row writes run in one transaction (or as one statement, atomic by itself). Serialization
 failures and deadlocks (SQLSTATE 40001/40P01) re-run the whole transaction with bounded, jittered
-backoff. Connection failures are not retried: they raise StorageUnavailable at once, and the pool
-replaces dead connections on the next acquire, so the store recovers by itself when the server returns.
+backoff, then give up with StorageContended (the server is fine: not an outage). Connection failures are
+not retried: they raise StorageUnavailable at once, and the pool replaces dead connections on the next
+acquire, so the store recovers by itself when the server returns.
 
 The schema is migrated when the store opens; if Postgres is down then, the store still opens and the
 first call after the server returns migrates (see `_Database.ensure_schema`).
@@ -46,7 +47,7 @@ from storage.base import (
     Stores,
 )
 from storage.config import StorageConfig
-from storage.errors import Conflict, InvalidInput, NotFound, StorageError, StorageUnavailable
+from storage.errors import Conflict, InvalidInput, NotFound, StorageContended, StorageError, StorageUnavailable
 from storage.migrate import lock_key, migrate
 from storage.sweeper import OwnedTable, sweep_if_free, sweep_periodically
 
@@ -57,7 +58,7 @@ T = TypeVar("T")
 Conn: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
 
 # 40001/40P01 are resolved by re-running. 4 attempts with jittered sleeps of at most 5, 10, 20 ms between
-# them: a contended call spends <= 35 ms backing off before it gives up with StorageUnavailable.
+# them: a contended call spends <= 35 ms backing off before it gives up with StorageContended.
 MAX_ATTEMPTS = 4
 BACKOFF_BASE_S = 0.005
 _RETRYABLE = (pgexc.SerializationError, pgexc.DeadlockDetectedError)
@@ -85,14 +86,14 @@ async def retry_transient(
 ) -> T:
     """Run `op`, re-running it after serialization failures/deadlocks with full-jitter exponential backoff.
 
-    Raises StorageUnavailable when the last attempt also fails that way; other exceptions propagate.
+    Raises StorageContended when the last attempt also fails that way; other exceptions propagate.
     """
     for attempt in range(attempts):
         try:
             return await op()
         except _RETRYABLE as exc:
             if attempt + 1 == attempts:
-                raise StorageUnavailable(f"postgres: still conflicting after {attempts} attempts") from exc
+                raise StorageContended(f"postgres: still conflicting after {attempts} attempts: {exc}") from exc
             _log.debug(
                 "postgres: %s (SQLSTATE %s); re-running, attempt %d of %d", exc, exc.sqlstate, attempt + 2, attempts
             )

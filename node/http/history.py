@@ -1,7 +1,9 @@
 """The history stores as the HTTP edge uses them: storage errors mapped once to API errors, and fail-fast
 while the backend is known to be down.
 
-Mapping: NotFound -> 404, Conflict -> 409, InvalidInput -> 400, StorageUnavailable -> 503, any other
+Mapping: NotFound -> 404, Conflict -> 409, InvalidInput -> 400, StorageUnavailable -> 503
+`storage_unavailable`, StorageContended -> 503 `storage_contended` (concurrent writes to the same rows
+outlasted the backend's retries: the backend answered, so the outage gate stays shut), any other
 StorageError (a database error the backend does not classify, a schema that cannot be migrated) -> 500
 `storage_error`, logged with its cause. Every storage error thus becomes a GatewayError: a JSON answer gets
 the API's error envelope, a stream ends with response.failed. The backend's own detail (addresses, driver
@@ -32,6 +34,7 @@ UNAVAILABLE_MESSAGE = (
     "The response history store is unavailable; retry later. Requests with store=false and without "
     "previous_response_id or conversation do not need it."
 )
+CONTENDED_MESSAGE = "Concurrent requests kept changing the same stored response or conversation; retry this request."
 FAILED_MESSAGE = (
     "The response history store failed to process this request. Requests with store=false and without "
     "previous_response_id or conversation do not need it."
@@ -42,6 +45,12 @@ class StorageUnavailableError(GatewayError):
     status = 503
     error_type = "service_unavailable"
     code = "storage_unavailable"
+
+
+class StorageContendedError(GatewayError):
+    status = 503
+    error_type = "service_unavailable"
+    code = "storage_contended"
 
 
 class StorageFailed(GatewayError):
@@ -92,8 +101,8 @@ class History:
 
     async def run(self, op: Callable[[], Awaitable[T]], *, param: str | None = None) -> T:
         """Await one store call, mapping storage errors to API errors (``param`` names the request field
-        the ids came from). Raises StorageUnavailableError, NotFound, StorageConflict, InvalidRequest,
-        StorageFailed."""
+        the ids came from). Raises StorageUnavailableError, StorageContendedError, NotFound,
+        StorageConflict, InvalidRequest, StorageFailed."""
         self.check_available()
         try:
             result = await op()
@@ -101,6 +110,10 @@ class History:
             self._gate.failed()
             log.warning("history store unavailable: %s", exc)
             raise StorageUnavailableError(UNAVAILABLE_MESSAGE) from exc
+        except storage_errors.StorageContended as exc:
+            self._gate.succeeded()  # the backend answered: contention is no outage
+            log.warning("history store contended: %s", exc)
+            raise StorageContendedError(CONTENDED_MESSAGE, param=param) from exc
         except storage_errors.NotFound as exc:
             self._gate.succeeded()
             raise NotFound(_sentence(exc), param=param) from exc

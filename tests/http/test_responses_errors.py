@@ -20,11 +20,12 @@ import openai
 import pytest
 import pytest_asyncio
 
-from node.http.history import OUTAGE_HOLD_S
-from node.http.tenancy import TENANT_HEADER, ApiConfig
+from node.http.history import CONTENDED_MESSAGE, OUTAGE_HOLD_S
+from node.http.tenancy import DEFAULT_TENANT, TENANT_HEADER, ApiConfig
 from storage.config import StorageConfig
 from tests.http.conftest import Cluster, start_cluster
 from tests.storage.conftest import PG_PORT, PG_URL, TcpProxy, drop_tables, port_open
+from tests.storage.contention import churned_conversation
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -270,3 +271,37 @@ async def test_storage_outage_is_503_while_store_false_works_and_recovers(
             await asyncio.sleep(OUTAGE_HOLD_S)
             again = await c.client.responses.create(model=c.model, input="again", max_output_tokens=4)
             assert (await c.client.responses.retrieve(again.id)).id == again.id
+
+
+async def test_contention_is_503_without_tripping_the_outage_gate(llama3_model_dir: Path) -> None:
+    """Writes to one conversation that keep losing to concurrent writers (Postgres at REPEATABLE READ, a
+    helper committing updates of the conversation row all along) answer 503 storage_contended once the
+    store's retries run out; the store is up, so other requests that need it are still served at once."""
+    if not port_open(PG_PORT):
+        pytest.skip("postgres is not running on 127.0.0.1")
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    url = PG_URL + "?default_transaction_isolation=repeatable%20read"
+    storage = StorageConfig(backend="postgres", postgres_url=url, table_prefix=prefix)
+    try:
+        async with start_cluster(llama3_model_dir, workers=1, storage=storage) as c:
+            conv = await c.client.conversations.create(items=[{"role": "user", "content": "Hello"}])
+            turn = {"model": c.model, "input": "Again", "conversation": conv.id, "max_output_tokens": 4}
+            async with churned_conversation(PG_URL, prefix, DEFAULT_TENANT, conv.id):
+                with pytest.raises(openai.APIStatusError) as err:
+                    await c.client.responses.create(**turn)  # type: ignore[call-overload]
+                assert err.value.status_code == 503, err.value
+                body: Any = err.value.body
+                assert body["code"] == "storage_contended" and body["param"] == "conversation"
+                assert body["message"] == CONTENDED_MESSAGE
+                stream = await c.client.responses.create(**turn, stream=True)  # type: ignore[call-overload]
+                last = [e async for e in stream][-1]
+                assert last.type == "response.failed" and last.response.error.message == CONTENDED_MESSAGE
+                # Not an outage: the gate stays shut and requests that need the store go through.
+                with pytest.raises(openai.NotFoundError):
+                    await c.client.responses.retrieve("resp_nope")
+                other = await c.client.responses.create(model=c.model, input="elsewhere", max_output_tokens=4)
+                assert (await c.client.responses.retrieve(other.id)).id == other.id
+            r = await c.client.responses.create(**turn)  # type: ignore[call-overload]
+            assert (await c.client.responses.retrieve(r.id)).conversation is not None
+    finally:
+        await drop_tables(PG_URL, prefix)

@@ -22,16 +22,19 @@ from storage import (
     Conversation,
     Item,
     MigrationError,
+    NotFound,
     ResponseRecord,
     StorageConfig,
     StorageUnavailable,
     Stores,
     open_stores,
 )
+from storage.errors import StorageContended
 from storage.migrate import MIGRATIONS_DIR, load_migrations, lock_key, migrate
 from storage.postgres import MAX_ATTEMPTS, open_postgres_stores, retry_transient, swept_tables
 from storage.sweeper import sweep_expired, sweep_if_free, sweep_periodically
 from tests.storage.conftest import FakeClock
+from tests.storage.contention import churned_conversation
 
 ProxyFactory = Callable[..., Awaitable[Any]]
 OUTAGE_TIMEOUT_S = 1.0
@@ -147,9 +150,10 @@ async def test_retry_transient_retries_conflicts_then_gives_up() -> None:
         raise pgexc.SerializationError("40001")
 
     sleeps.clear()
-    with pytest.raises(StorageUnavailable):
+    with pytest.raises(StorageContended) as gave_up:
         await retry_transient(always, rng=random.Random(1), sleep=sleep)
     assert len(sleeps) == MAX_ATTEMPTS - 1
+    assert not isinstance(gave_up.value, StorageUnavailable), "contention is not an outage"
 
     async def broken() -> None:
         raise pgexc.UndefinedTableError("42P01")
@@ -256,6 +260,29 @@ async def test_deadlock_is_retried_to_completion(
         items = (await s.conversations.list_items(tenant, "conv_1", order="asc")).items
         assert [i.id for i in items] == ["a", "b", "resp_1_out"]
     assert retries_logged(caplog, "40P01") == 1
+
+
+async def test_lasting_contention_gives_up_with_storage_contended(
+    postgres_url: str, fresh_table_prefix: str, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every attempt of the store's put loses to a helper that keeps committing updates of the conversation
+    row (the store at REPEATABLE READ): after MAX_ATTEMPTS it gives up with StorageContended, not
+    StorageUnavailable, having written nothing; the store keeps working for everything else."""
+    url = with_settings(postgres_url, default_transaction_isolation="repeatable read")
+    t = fresh_table_prefix
+    async with open_stores(pg_config(url, t)) as s:
+        await s.conversations.create(tenant, Conversation("conv_1", 0), [msg("a")])
+        with caplog.at_level(logging.DEBUG, logger="storage.postgres"):
+            async with churned_conversation(postgres_url, t, tenant, "conv_1"):
+                with pytest.raises(StorageContended) as gave_up:
+                    await s.responses.put(tenant, conversation_turn("resp_1", "conv_1"), [msg("b")])
+                assert not isinstance(gave_up.value, StorageUnavailable)
+                await s.responses.put(tenant, ResponseRecord("resp_other", 0, {}), [msg("c")])  # not contended
+        assert retries_logged(caplog, "40001") == MAX_ATTEMPTS - 1
+        with pytest.raises(NotFound):
+            await s.responses.get(tenant, "resp_1")
+        assert [i.id for i in (await s.conversations.list_items(tenant, "conv_1")).items] == ["a"]
+        await s.responses.put(tenant, conversation_turn("resp_1", "conv_1"), [msg("b")])  # contention over
 
 
 async def test_unreachable_server_fails_fast(table_prefix: str, tenant: str) -> None:
