@@ -169,7 +169,7 @@ async def run_node(
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
-            publish_http_addr(mesh, f"{host}:{port}")
+            publish_http_addr(mesh, config.cluster, f"{host}:{port}")
         log.info(
             "serving %s on %s with %d worker(s)", ", ".join(repr(m.name) for m in models), node.url, len(pool.workers)
         )

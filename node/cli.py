@@ -240,15 +240,24 @@ def cmd_members(args: argparse.Namespace) -> int:
 
         print(json.dumps(result, indent=2))
         return 0
-    rows = [("NAME", "MESH ADDRESS", "HTTP ADDRESS", "STATE", "INCARNATION", "SINCE CHANGE")]
-    rows += [
+    header: tuple[str, ...] = ("NAME", "MESH ADDRESS", "HTTP ADDRESS", "STATE", "INCARNATION", "SINCE CHANGE")
+    rows: list[tuple[str, ...]] = [
         (m["name"], m["mesh_addr"], m["http_addr"], m["state"], str(m["incarnation"]), f"{m['since_change_s']:.1f}s")
         for m in result["members"]
     ]
+    labels = [_roles_text(m.get("roles") or {}) for m in result["members"]]
+    if any(labels):  # the ROLES column only when some member publishes --mesh-role labels
+        header += ("ROLES",)
+        rows = [(*row, text) for row, text in zip(rows, labels, strict=True)]
+    rows.insert(0, header)
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _roles_text(roles: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" if value else key for key, value in roles.items())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -61,6 +61,14 @@ class ClusterConfig:
         default=0.0, metadata={"help": "override the profile's probe interval (0: the profile's)"}
     )
     node_name: str = field(default="", metadata={"help": "unique member name (default: the mesh address)"})
+    mesh_roles: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "KEY=VALUE label published in this node's member metadata (a bare NAME: NAME=''), repeatable",
+            "flag": "--mesh-role",
+            "metavar": "KEY=VALUE",
+        },
+    )
     process_index: int = field(
         default=0,
         metadata={"cli": False, "help": "index of this process under --processes (set by the supervisor)"},
@@ -78,6 +86,10 @@ class ClusterConfig:
         for addr in (self.mesh_advertise, *self.join):
             if addr:
                 check_addr(addr)
+        try:
+            NodeMeta.create(version=node_version(), roles=self.roles)
+        except ValueError as exc:
+            raise ValueError(f"mesh_roles: {exc}") from None
         if self.join and not self.mesh_bind:
             raise ValueError("join needs mesh_bind (--mesh-bind host:port)")
         tls = {"mesh_tls_cert": self.mesh_tls_cert, "mesh_tls_key": self.mesh_tls_key, "mesh_tls_ca": self.mesh_tls_ca}
@@ -90,6 +102,20 @@ class ClusterConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.mesh_bind)
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """The --mesh-role labels as the member metadata's role map. Raises ValueError for an empty or
+        repeated key."""
+        out: dict[str, str] = {}
+        for entry in self.mesh_roles:
+            key, _, value = entry.partition("=")
+            if not key.strip():
+                raise ValueError(f"expected KEY=VALUE or NAME, got {entry!r}")
+            if key in out:
+                raise ValueError(f"role {key!r} given twice")
+            out[key] = value
+        return out
 
 
 def _split(addr: str) -> tuple[str, int]:
@@ -158,9 +184,7 @@ async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate 
 
     Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start.
     """
-    mesh = Mesh(
-        mesh_config(config), meta=NodeMeta.create(http_addr=http_addr, version=node_version()), delegate=delegate
-    )
+    mesh = Mesh(mesh_config(config), meta=node_meta(config, http_addr), delegate=delegate)
     await mesh.start()
     peers = seeds(config)
     joining = asyncio.create_task(_join_forever(mesh, peers), name="mesh-join") if peers else None
@@ -179,6 +203,11 @@ async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate 
         await mesh.shutdown()
 
 
-def publish_http_addr(mesh: Mesh, http_addr: str) -> None:
+def node_meta(config: ClusterConfig, http_addr: str) -> NodeMeta:
+    """What this node publishes about itself. Raises ValueError if it exceeds the metadata bounds."""
+    return NodeMeta.create(http_addr=http_addr, version=node_version(), roles=config.roles)
+
+
+def publish_http_addr(mesh: Mesh, config: ClusterConfig, http_addr: str) -> None:
     """Tell the cluster where this node serves HTTP (known only after binding when the port was 0)."""
-    mesh.update_meta(NodeMeta.create(http_addr=http_addr, version=node_version()))
+    mesh.update_meta(node_meta(config, http_addr))

@@ -39,7 +39,9 @@ async def test_join_members_metrics_and_leave(llama3_model_dir: Path) -> None:
     async with contextlib.AsyncExitStack() as stack:
         sim = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
         base = node_config(llama3_model_dir, [sim.port])
-        a = await stack.enter_async_context(run_node(dataclasses.replace(base, cluster=mesh)))
+        # a publishes roles (--mesh-role zone=eu-1 --mesh-role prefill); b publishes none.
+        roles = dataclasses.replace(mesh, mesh_roles=("zone=eu-1", "prefill"))
+        a = await stack.enter_async_context(run_node(dataclasses.replace(base, cluster=roles)))
         b_stack = contextlib.AsyncExitStack()
         b = await b_stack.enter_async_context(run_node(dataclasses.replace(base, cluster=mesh)))
         assert a.mesh is not None and b.mesh is not None
@@ -55,6 +57,10 @@ async def test_join_members_metrics_and_leave(llama3_model_dir: Path) -> None:
                 await _until(lambda url=url: _alive_both(url, a.mesh.name, b.mesh.name))  # type: ignore[union-attr]
             members = (await _get(a.url + "/mesh/members"))["members"]
             assert {m["http_addr"] for m in members} == {a.url.removeprefix("http://"), b.url.removeprefix("http://")}
+            # Both nodes list a's roles (b learnt them by gossip, with the HTTP address published after binding).
+            for url in (a.url, b.url):
+                listed = {m["name"]: m["roles"] for m in (await _get(url + "/mesh/members"))["members"]}
+                assert listed == {a.mesh.name: {"zone": "eu-1", "prefill": ""}, b_name: {}}, listed
             metrics = await _get(a.url + "/metrics")
             assert 'smg_node_mesh_members{state="alive"} 2.0' in metrics
             assert "smg_node_mesh_probes_sent_total" in metrics
