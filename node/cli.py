@@ -110,17 +110,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pinned += ["--mesh-bind", f"127.0.0.1:{base}", "--mesh-profile", "local", "--mesh-key-file", keyfile]
         print(f"smg-node starting {count} node processes on http://{config.http.host}:{port}", flush=True)
         try:
-            group = ProcessGroup(argv=[*args.argv, *pinned], count=count, grace_s=config.http.shutdown_grace_s)
+            group = ProcessGroup(
+                argv=[*args.argv, *pinned],
+                count=count,
+                grace_s=config.http.shutdown_grace_s,
+                hangup=bool(config.cluster.mesh_key_file),  # the children reload it on SIGHUP
+            )
             return group.run()
         finally:
             if keyfile is not None:
                 os.unlink(keyfile)
     from node.app import run_node
+    from node.cluster import KeyFileReload
 
     async def main() -> None:
+        hangup = KeyFileReload(config.cluster.mesh_key_file)
+        if hangup.path:  # key rotation without a restart: SIGHUP re-reads --mesh-key-file
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
         async with run_node(config) as node:
             print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
-            await _serve_forever()
+            with hangup.serving(node.mesh):
+                await _serve_forever()
 
     return _run(main)
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Literal
 
 from mesh.config import MeshConfig
 from mesh.delegate import Delegate
-from mesh.errors import JoinError
+from mesh.errors import JoinError, KeyringError
+from mesh.keyring import Keyring
 from mesh.member import NodeMeta, check_addr
 from mesh.runtime import Mesh
 
@@ -47,7 +48,8 @@ class ClusterConfig:
         default="", metadata={"help": "host:port peers reach this node at (default: the bind address)"}
     )
     mesh_key_file: str = field(
-        default="", metadata={"help": "keyring file (base64 keys, first is primary): encrypts gossip"}
+        default="",
+        metadata={"help": "keyring file (base64 keys, first is primary): encrypts gossip; re-read on SIGHUP"},
     )
     mesh_tls_cert: str = field(
         default="", metadata={"help": "PEM certificate for mutual TLS on mesh TCP streams (with --mesh-tls-key/-ca)"}
@@ -211,3 +213,72 @@ def node_meta(config: ClusterConfig, http_addr: str) -> NodeMeta:
 def publish_http_addr(mesh: Mesh, config: ClusterConfig, http_addr: str) -> None:
     """Tell the cluster where this node serves HTTP (known only after binding when the port was 0)."""
     mesh.update_meta(node_meta(config, http_addr))
+
+
+# -- key rotation without downtime --
+
+
+def apply_keys(ring: Keyring, keys: Sequence[bytes]) -> tuple[int, int]:
+    """Make ``ring`` hold exactly ``keys`` with ``keys[0]`` the primary: add, then switch, then remove (the
+    ring is never without the key that decrypts a peer's traffic). Returns (added, removed) counts."""
+    if not keys:
+        raise KeyringError("keyring: at least one key is required")
+    before = set(ring.keys)
+    for key in keys:
+        ring.add(key)
+    ring.use(keys[0])
+    stale = [key for key in ring.keys if key not in keys]
+    for key in stale:
+        ring.remove(key)
+    return len(set(keys) - before), len(stale)
+
+
+def reload_key_file(mesh: Mesh, path: str) -> bool:
+    """Apply the key file at ``path`` to ``mesh``'s live keyring (see apply_keys). A file that cannot be read
+    or parsed is logged and changes nothing, as does a mesh running without encryption. Returns whether the
+    keyring was updated."""
+    ring = mesh.keyring
+    if ring is None:
+        log.error("mesh key file not reloaded: this mesh runs unencrypted (restart with --mesh-key-file)")
+        return False
+    try:
+        wanted = Keyring.load(path)
+    except KeyringError as exc:
+        log.error("mesh key file %s not reloaded, keyring unchanged: %s", path, exc)
+        return False
+    added, removed = apply_keys(ring, wanted.keys)
+    log.info(
+        "mesh key file %s reloaded: %d key(s), %d added, %d removed, its first key is the primary",
+        path,
+        len(ring.keys),
+        added,
+        removed,
+    )
+    return True
+
+
+class KeyFileReload:
+    """SIGHUP's action in `smg-node serve`: re-read the key file into the serving node's keyring.
+
+    Installed before the node starts: until it serves (and again while it shuts down) a SIGHUP is logged and
+    ignored, instead of ending the process by its default action.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._mesh: Mesh | None = None
+
+    def __call__(self) -> None:
+        if self._mesh is None:
+            log.warning("SIGHUP while the mesh is not serving: key file not reloaded")
+            return
+        reload_key_file(self._mesh, self.path)
+
+    @contextlib.contextmanager
+    def serving(self, mesh: Mesh | None) -> Iterator[None]:
+        """Within the block, SIGHUP reloads the key file into ``mesh``."""
+        self._mesh = mesh
+        try:
+            yield
+        finally:
+            self._mesh = None

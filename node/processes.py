@@ -7,6 +7,7 @@ encrypted with a key only they have (a request to add a worker reaches whichever
 Python runs one thread of bytecode at a time per process; N full node processes use N cores. The parent only
 supervises: it starts the children (each a complete `smg-node serve` with `--processes 1 --reuse-port`),
 restarts one that dies (with backoff), and on SIGTERM/SIGINT forwards the signal and waits for them to drain.
+With ``hangup`` it forwards SIGHUP too (each child re-reads its mesh key file) instead of dying of it.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ class ProcessGroup:
     argv: Sequence[str]
     count: int
     grace_s: float
+    #: Forward SIGHUP to the children (they reload --mesh-key-file on it).
+    hangup: bool = False
     _children: list[_Child] = field(default_factory=list)
     _stopping: bool = False
 
@@ -103,10 +106,17 @@ class ProcessGroup:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
 
+    def _on_hangup(self, signum: int, frame: FrameType | None) -> None:
+        for child in self._children:
+            if child.restart_at is None and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGHUP)
+
     def run(self) -> int:
         """Run until a signal asks to stop; returns the exit code for the parent process."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        if self.hangup:
+            signal.signal(signal.SIGHUP, self._on_hangup)
         now = time.monotonic()
         self._children = [_Child(k, self._spawn(k), now) for k in range(self.count)]
         try:
