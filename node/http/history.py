@@ -29,6 +29,12 @@ T = TypeVar("T")
 # out a connect timeout (or generating an answer that cannot be stored); the first request after it probes
 # the backend again, so recovery needs no restart and is noticed within this bound.
 OUTAGE_HOLD_S = 1.0
+# A store that answered within this long is taken to be up. Past it, a request about to generate an answer it
+# must store first reads one absent response id (one round trip), so an outage nobody has noticed yet fails the
+# request before generation instead of after it. Under steady traffic the store answers more often than this
+# and no probe runs; an idle node pays one round trip on its next such request.
+PROBE_AFTER_S = 1.0
+PROBE_RESPONSE_ID = "resp_reachability_probe"
 
 UNAVAILABLE_MESSAGE = (
     "The response history store is unavailable; retry later. Requests with store=false and without "
@@ -66,14 +72,15 @@ class StorageConflict(GatewayError):
 
 
 class OutageGate:
-    """Remembers a recent backend outage. Pure: the clock is injected."""
+    """Remembers a recent backend outage, and when the backend last answered. Pure: the clock is injected."""
 
-    __slots__ = ("_clock", "_hold_s", "_open_until")
+    __slots__ = ("_answered_at", "_clock", "_hold_s", "_open_until")
 
     def __init__(self, hold_s: float = OUTAGE_HOLD_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._hold_s = hold_s
         self._clock = clock
         self._open_until = float("-inf")
+        self._answered_at = float("-inf")
 
     def is_open(self) -> bool:
         """True while the backend is presumed down (a failure within the last hold_s)."""
@@ -84,6 +91,11 @@ class OutageGate:
 
     def succeeded(self) -> None:
         self._open_until = float("-inf")
+        self._answered_at = self._clock()
+
+    def answered_within(self, seconds: float) -> bool:
+        """True when the backend answered (successfully or with a domain error) within the last ``seconds``."""
+        return self._clock() - self._answered_at <= seconds
 
 
 class History:
@@ -99,6 +111,29 @@ class History:
         if self._gate.is_open():
             raise StorageUnavailableError(UNAVAILABLE_MESSAGE)
 
+    async def ensure_reachable(self, tenant: str) -> None:
+        """Before generating an answer that must be stored: raises StorageUnavailableError (503) while an
+        outage is known, or when the store has not answered for PROBE_AFTER_S and a cheap read (an absent
+        response id of ``tenant``) now finds it unreachable. Any answer to that read, even an error that is
+        no outage, counts as reachable: the write reports its own errors."""
+        self.check_available()
+        if self._gate.answered_within(PROBE_AFTER_S):
+            return
+        try:
+            await self.responses.get(tenant, PROBE_RESPONSE_ID)
+        except storage_errors.StorageUnavailable as exc:
+            raise self._unavailable(exc) from exc
+        except storage_errors.NotFound:
+            pass  # the expected answer
+        except storage_errors.StorageError:
+            return  # reachable, though not well: leave the gate as it is
+        self._gate.succeeded()
+
+    def _unavailable(self, exc: storage_errors.StorageUnavailable) -> StorageUnavailableError:
+        self._gate.failed()
+        log.warning("history store unavailable: %s", exc)
+        return StorageUnavailableError(UNAVAILABLE_MESSAGE)
+
     async def run(self, op: Callable[[], Awaitable[T]], *, param: str | None = None) -> T:
         """Await one store call, mapping storage errors to API errors (``param`` names the request field
         the ids came from). Raises StorageUnavailableError, StorageContendedError, NotFound,
@@ -107,9 +142,7 @@ class History:
         try:
             result = await op()
         except storage_errors.StorageUnavailable as exc:
-            self._gate.failed()
-            log.warning("history store unavailable: %s", exc)
-            raise StorageUnavailableError(UNAVAILABLE_MESSAGE) from exc
+            raise self._unavailable(exc) from exc
         except storage_errors.StorageContended as exc:
             self._gate.succeeded()  # the backend answered: contention is no outage
             log.warning("history store contended: %s", exc)

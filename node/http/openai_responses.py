@@ -201,6 +201,10 @@ class Responses(common.GenerationApi):
                 param="input",
             )
         context = await self._context(tenant, req)
+        if req.store or conv is not None:
+            # Do not generate an answer that cannot be stored: fail now while the store is known to be down or,
+            # when it has not answered lately, does not answer one cheap read (after _context's reads, if any).
+            await self._history.ensure_reachable(tenant)
         messages = items.chat_messages([*context, *inputs], instructions=req.instructions)
         if not messages:
             raise InvalidRequest("'input' must contain at least one item.", param="input")
@@ -233,9 +237,6 @@ class Responses(common.GenerationApi):
             routing_key=request.headers.get(self._routing_key_header),
             client_stream=req.stream,
         )
-        if req.store or conv is not None:
-            # Do not generate an answer that cannot be stored while the store is known to be down.
-            self._history.check_available()
         gen = Generation(spec, pool=self._pool, tokenizer=model.tokenizer)
         if req.stream:
             return await self._stream(request, turn, gen)

@@ -20,7 +20,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from node.http.history import CONTENDED_MESSAGE, OUTAGE_HOLD_S
+from node.http.history import CONTENDED_MESSAGE, OUTAGE_HOLD_S, PROBE_AFTER_S
 from node.http.tenancy import DEFAULT_TENANT, TENANT_HEADER, ApiConfig
 from storage.config import StorageConfig
 from tests.http.conftest import Cluster, start_cluster
@@ -236,16 +236,26 @@ async def _expect_503(call: Awaitable[object]) -> dict[str, Any]:
     return body
 
 
+def _received(c: Cluster) -> float:
+    """When the (only) worker last received a generation request."""
+    return c.sims[0].engine.server_snapshot().last_receive_timestamp
+
+
+async def _expect_503_before_generating(c: Cluster) -> None:
+    """A store=true stream fails with a plain 503 (no stream starts) and the worker never sees it."""
+    received = _received(c)
+    body = await _expect_503(c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, stream=True))
+    assert body["code"] == "storage_unavailable" and "store=false" in body["message"]
+    assert _received(c) == received, "an answer was generated that could not be stored"
+
+
 @pytest.mark.parametrize("down_store", [_down_redis, _down_postgres], ids=["redis", "postgres"])
 async def test_storage_outage_is_503_while_store_false_works_and_recovers(
     llama3_model_dir: Path, down_store: Callable[[], contextlib.AbstractAsyncContextManager[DownStore]]
 ) -> None:
     async with down_store() as store, start_cluster(llama3_model_dir, workers=1, storage=store.config) as c:
-        # The first request cannot know: its stream starts, then the write fails and it ends failed.
-        events = [e async for e in await c.client.responses.create(model=c.model, input="hi", stream=True)]
-        assert [e.type for e in events[-2:]] == ["response.output_item.done", "response.failed"]
-        failed = events[-1].response  # type: ignore[union-attr]
-        assert failed.status == "failed" and failed.error is not None and "store=false" in failed.error.message
+        # Nothing was ever heard from the store: the first request that must write probes it and fails at once.
+        await _expect_503_before_generating(c)
         # From then on the outage is known: requests that need the store fail before generating.
         for stream in (False, True):
             body = await _expect_503(
@@ -260,10 +270,10 @@ async def test_storage_outage_is_503_while_store_false_works_and_recovers(
             await asyncio.sleep(OUTAGE_HOLD_S)
             r = await c.client.responses.create(model=c.model, input="back", max_output_tokens=4)
             assert (await c.client.responses.retrieve(r.id)).id == r.id
-        # A second outage, now with live connections in the node's pool: cut, noticed, recovered from.
-        with pytest.raises(openai.APIStatusError) as err:
-            await c.client.responses.create(model=c.model, input="cut", max_output_tokens=4)
-        assert err.value.status_code == 503
+        # A second outage, with live connections in the node's pool cut, that no request has noticed yet: once
+        # the store has been silent for PROBE_AFTER_S, the next request that must write probes it first.
+        await asyncio.sleep(PROBE_AFTER_S)
+        await _expect_503_before_generating(c)
         await _expect_503(c.client.responses.retrieve(r.id))
         r = await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, store=False)
         assert r.output_text
