@@ -31,6 +31,7 @@ from node.http.responses_types import ResponsesRequest
 from node.http.sse import SSE_HEADERS
 from node.http.tenancy import ApiConfig, tenant_of
 from node.pipeline import responses_items as items
+from node.pipeline.cpu import RENDER_INLINE_MAX_CHARS
 from node.pipeline.generate import GenerateSpec, Generation, Usage
 from node.pipeline.template import TemplateError
 from storage.base import MAX_ITEMS_PER_ADD, MAX_PAGE_LIMIT, Item, ResponseRecord
@@ -174,7 +175,11 @@ class Responses(common.GenerationApi):
     def _prompt_ids(
         self, req: ResponsesRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> list[int]:
-        """Render and tokenize (runs on the CPU pool for long contexts)."""
+        """Render and tokenize, in one go (on the CPU pool, for very long contexts)."""
+        return self._model.tokenizer.encode(self._render(req, messages, tools), add_special_tokens=False)
+
+    def _render(self, req: ResponsesRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        """The prompt text: the chat template over ``messages``."""
         template = self._model.template
         if template is None:
             raise InvalidRequest("This model has no chat template; start the node with --chat-template.")
@@ -183,7 +188,7 @@ class Responses(common.GenerationApi):
             text = template.render(messages, tools=offered, add_generation_prompt=True, extra=req.chat_template_kwargs)
         except TemplateError as exc:
             raise InvalidRequest(f"The chat template could not render this input: {exc}", param="input") from exc
-        return self._model.tokenizer.encode(text, add_special_tokens=False)
+        return text
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = await read_json(request, ResponsesRequest, self._max_body)
@@ -209,7 +214,11 @@ class Responses(common.GenerationApi):
         if not messages:
             raise InvalidRequest("'input' must contain at least one item.", param="input")
         size = sum(len(m.get("content") or "") for m in messages)
-        prompt_ids = await self._cpu.run(size, self._prompt_ids, req, messages, tools)
+        if size <= RENDER_INLINE_MAX_CHARS:  # as in chat: render inline, encode what the cache leaves
+            text = self._render(req, messages, tools)
+            prompt_ids = await self._cpu.encode(self._model.tokenizer, text, add_special_tokens=False)
+        else:
+            prompt_ids = await self._cpu.run(size, self._prompt_ids, req, messages, tools)
         model = self._model
         max_tokens = common.resolve_max_tokens(
             req.max_output_tokens, len(prompt_ids), model, param="max_output_tokens", prompt_param="input"
