@@ -17,6 +17,7 @@ from storage.errors import (
     InvalidInput,
     MigrationError,
     NotFound,
+    StorageContended,
     StorageError,
     StorageUnavailable,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "ResponseRecord",
     "ResponseStore",
     "StorageConfig",
+    "StorageContended",
     "StorageError",
     "StorageUnavailable",
     "Stores",

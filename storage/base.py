@@ -7,6 +7,9 @@ contain no clocks or id generators on the write path.
 Every method takes a `tenant`; every key, row and Redis key is scoped by it, so an id that exists under
 another tenant raises NotFound exactly like an id that exists nowhere.
 
+Besides what each method lists, any of them may raise StorageContended: a backend with transactions
+(Postgres) gave up retrying serialization failures or deadlocks on the same rows.
+
 Retention (StorageConfig.retention_s) is the same in every backend: a response or a conversation, with its
 items, expires `retention_s` after its last write. A response is written once (put); a conversation by
 create, update_metadata, add_items, delete_item and by a put() that appends to it. Reads never extend it.
