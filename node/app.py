@@ -35,6 +35,7 @@ from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
+from node.workers.breaker import CircuitBreaker
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
@@ -107,6 +108,12 @@ async def run_node(
             or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
             policies=policy_for,
             policy_name=routing.policy,
+            breakers=functools.partial(
+                CircuitBreaker,
+                failures_to_open=routing.circuit_failures_to_open,
+                open_s=routing.circuit_open_s,
+                clock=asyncio.get_running_loop().time,
+            ),
             supervisor=supervisor,
             kv_indexes=kv_indexes,
             board=shared.board,

@@ -15,6 +15,7 @@ from mesh.runtime import Mesh
 from node.cluster_state import SharedState
 from node.pipeline.generate import Usage
 from node.pipeline.tokenizer import Tokenizer
+from node.workers.breaker import CIRCUIT_STATES
 from node.workers.pool import WorkerPool
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -29,16 +30,30 @@ class _WorkerCollector(Collector):
     def __init__(self, pool: WorkerPool) -> None:
         self._pool = pool
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         healthy = GaugeMetricFamily("smg_node_worker_healthy", "1 if the worker is in rotation.", labels=["worker"])
         in_flight = GaugeMetricFamily(
             "smg_node_worker_in_flight_requests", "Requests this node has on the worker.", labels=["worker"]
         )
+        circuit = GaugeMetricFamily(
+            "smg_node_worker_circuit_state",
+            "1 for the state the worker's circuit breaker is in (closed, open, half_open).",
+            labels=["worker", "state"],
+        )
+        opens = CounterMetricFamily(
+            "smg_node_worker_circuit_opens", "Times the worker's circuit breaker opened.", labels=["worker"]
+        )
         for w in self._pool.workers:
             healthy.add_metric([w.url], 1.0 if w.healthy else 0.0)
             in_flight.add_metric([w.url], float(w.in_flight))
+            state = w.breaker.state
+            for name in CIRCUIT_STATES:
+                circuit.add_metric([w.url, name], 1.0 if name == state else 0.0)
+            opens.add_metric([w.url], w.breaker.opens)
         yield healthy
         yield in_flight
+        yield circuit
+        yield opens
 
 
 class _TokenizerCacheCollector(Collector):

@@ -61,6 +61,21 @@ class RoutingConfig:
             "instead (SMG: three load polls)"
         },
     )
+    circuit_failures_to_open: int = field(
+        default=10,
+        metadata={
+            "help": "requests to a worker that fail in a row (connect errors, worker errors, broken streams) before "
+            "its circuit opens: out of rotation for --circuit-open-s, then one trial request (SMG "
+            "cb_failure_threshold)"
+        },
+    )
+    circuit_open_s: float = field(
+        default=60.0,
+        metadata={
+            "help": "seconds an open circuit keeps its worker out of rotation before a trial request; the trial's "
+            "success closes it, its failure opens it again (SMG cb_timeout_duration_secs)"
+        },
+    )
     # cache_aware
     cache_threshold: float = field(
         default=0.3,
@@ -102,8 +117,9 @@ class RoutingConfig:
     kv_index_max_blocks: int = field(
         default=1 << 22,
         metadata={
-            "help": "KV-event index: blocks held, all workers together; the largest worker's oldest blocks "
-            "are dropped beyond it (normally the engines' own Removed events keep it far below)"
+            "help": "KV-event index (one per served model): blocks held, all of the model's workers together; the "
+            "largest worker's oldest blocks are dropped beyond it (normally the engines' own Removed events keep "
+            "it far below)"
         },
     )
     # prefix_hash
@@ -184,6 +200,12 @@ class RoutingConfig:
             )
         _check(bool(self.routing_key_header.strip()), "routing_key_header", "must not be empty")
         _check(self.load_stale_after_s > 0, "load_stale_after_s", "must be > 0")
+        _check(self.circuit_failures_to_open >= 1, "circuit_failures_to_open", "must be >= 1")
+        _check(
+            math.isfinite(self.circuit_open_s) and self.circuit_open_s > 0,
+            "circuit_open_s",
+            "must be a finite number > 0",
+        )
         _check(0.0 <= self.cache_threshold <= 1.0, "cache_threshold", "must be within [0, 1]")
         _check(self.balance_abs_threshold >= 0, "balance_abs_threshold", "must be >= 0")
         _check(self.balance_rel_threshold >= 1.0, "balance_rel_threshold", "must be >= 1")

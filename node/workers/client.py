@@ -5,16 +5,23 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
+from node.errors import WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.kv_convert import EngineLoad
 from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
+
+
+class WorkerRejected(WorkerFailed):
+    """The worker refused this one request with a status that blames the request (a bad argument, a
+    duplicate id), not the worker: the client sees the same error, the worker's circuit breaker no failure."""
 
 
 class WorkerClient(Protocol):
     """One connection to one worker, reused by every request.
 
     Every method raises ``node.errors.WorkerFailed`` when the worker cannot be reached or reports an error;
-    ``generate`` raises it only before it has yielded anything or when the stream breaks mid-way.
+    ``generate`` raises it only before it has yielded anything or when the stream breaks mid-way;
+    ``WorkerRejected`` (a ``WorkerFailed``) when the worker refuses the request itself.
     """
 
     @property

@@ -1,7 +1,8 @@
 """The node's workers: one client each, health-checked in the background, chosen per request by a policy.
 
-Invariants: a worker is in rotation only after a successful health check; it leaves rotation after
-``health_failures_to_unhealthy`` failed checks in a row, or at once when a request to it fails to connect.
+Invariants: a worker is in rotation only after a successful health check and while its circuit breaker
+admits requests (``breaker``); it leaves rotation after ``health_failures_to_unhealthy`` failed checks in a
+row, at once when a request to it fails to connect, and while its circuit is open (requests kept failing).
 Load comes from GetLoads on every health check, and from the KV-event stream's load records where a worker
 publishes them. With KV indexes (cache_aware routing), every worker's SubscribeKvEvents stream feeds the index
 of the model it serves.
@@ -23,6 +24,8 @@ from node.routing.kv_index import Resubscribe
 from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import LoadView, RouteRequest, RoutingPolicy
 from node.tasks import Supervisor
+from node.workers.breaker import CircuitBreaker
+from node.workers.breaker_client import BreakerClient
 from node.workers.client import WorkerClient
 from node.workers.health import HealthBoard
 from node.workers.kv_convert import EngineLoad
@@ -43,7 +46,8 @@ KV_RETRY_MAX_S = 30.0
 @dataclass(slots=True, eq=False)
 class Worker:
     spec: WorkerSpec
-    client: WorkerClient
+    client: WorkerClient  # counts every Generate's outcome in ``breaker``
+    breaker: CircuitBreaker
     healthy: bool = False  # this node's own verdict: in rotation here
     checked: bool = False  # this node has a verdict of its own (else the cluster's counts)
     consecutive_failures: int = 0
@@ -85,12 +89,14 @@ class WorkerPool:
         client_factory: ClientFactory,
         policies: PolicyFactory,
         policy_name: str,
+        breakers: Callable[[], CircuitBreaker],
         supervisor: Supervisor,
         kv_indexes: KvIndexes | None = None,
         board: HealthBoard | None = None,
         model_of: Callable[[Worker], str | None] | None = None,
     ) -> None:
-        """``policies(role, model)`` makes the policy of a pool; ``policy_name`` is the default's (shown).
+        """``policies(role, model)`` makes the policy of a pool; ``policy_name`` is the default's (shown);
+        ``breakers()`` makes a worker's circuit breaker.
         ``model_of`` says which served model a worker belongs to (None: not known yet, or none we serve);
         without it every worker serves every model and there is one KV index."""
         self._config = config
@@ -102,6 +108,7 @@ class WorkerPool:
         self._kv_indexes = kv_indexes
         self._board = board
         self._client_factory = client_factory
+        self._new_breaker = breakers
         self._workers: dict[str, Worker] = {}
         self._started = False
         self._model_info_ready = asyncio.Event()
@@ -134,7 +141,10 @@ class WorkerPool:
         return self._board
 
     def routable(self, worker: Worker) -> bool:
-        """In rotation on this node: our own verdict once we have one, else the cluster's."""
+        """In rotation on this node: its circuit admits requests, and our own health verdict once we have
+        one, else the cluster's."""
+        if not worker.breaker.admits():
+            return False
         if worker.healthy:
             return True
         if worker.checked or self._board is None:
@@ -170,7 +180,8 @@ class WorkerPool:
                 changed = changed or existing.spec.role != spec.role  # it moves to another role's policy
                 existing.spec = spec
                 continue
-            worker = Worker(spec=spec, client=self._client_factory(spec.url))
+            breaker = self._new_breaker()
+            worker = Worker(spec=spec, client=BreakerClient(self._client_factory(spec.url), breaker), breaker=breaker)
             self._workers[wid] = worker
             if self._started:
                 self._watch(worker)
@@ -220,8 +231,9 @@ class WorkerPool:
         await asyncio.gather(*(w.client.close() for w in self._workers.values()), return_exceptions=True)
 
     def select(self, request: RouteRequest, *, role: str = "regular") -> Worker:
-        """Pick a worker of ``role`` for ``request`` and tell the policy; raises NoHealthyWorker (503) when
-        none is in rotation. Synchronous on purpose: select and on_routed happen with no await in between."""
+        """Pick a worker of ``role`` for ``request`` and tell the policy and its breaker; raises NoHealthyWorker
+        (503) when none is in rotation (unhealthy or circuit open). Synchronous on purpose: select and
+        on_routed happen with no await in between."""
         candidates = self.healthy(role, request.model)
         if not candidates:
             what = "worker" if role == "regular" else f"{role} worker"
@@ -230,6 +242,7 @@ class WorkerPool:
         policy = self._policy_of(role, request.model)
         chosen = policy.select(candidates, stamped)
         policy.on_routed(chosen, stamped)
+        chosen.breaker.on_dispatch()
         return chosen
 
     def report_failure(self, worker: Worker, error: WorkerFailed) -> None:

@@ -20,6 +20,7 @@ from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 from node.config import DEFAULT_GENERATE_TRANSPORT, GenerateTransport, parse_worker_url
 from node.errors import KvEventsUnsupported, WorkerFailed
 from node.routing.kv_events import KvEventBatch
+from node.workers.client import WorkerRejected
 from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
@@ -35,6 +36,8 @@ _CHANNEL_OPTIONS = (
     # Each node keeps its own channel per worker; let several node processes share nothing by accident.
     ("grpc.use_local_subchannel_pool", 1),
 )
+# Statuses that blame the request, not the worker (WorkerRejected): no mark against its circuit breaker.
+REQUEST_FAULT_STATUSES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "ALREADY_EXISTS"})
 _GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (grpc-stubs lacks it) what read() returns at the end
 
@@ -105,13 +108,18 @@ def _output(resp: Any) -> WorkerOutput:
     raise WorkerFailed(f"the worker sent an empty Generate response ({kind!r})")
 
 
+def _failed(url: str, what: str, status: str, details: str) -> WorkerFailed:
+    kind = WorkerRejected if status in REQUEST_FAULT_STATUSES else WorkerFailed
+    return kind(f"worker {url}: {what} failed: {status}: {details}".rstrip(": "))
+
+
 def _rpc_error(url: str, what: str, exc: grpc.aio.AioRpcError) -> WorkerFailed:
-    return WorkerFailed(f"worker {url}: {what} failed: {exc.code().name}: {exc.details() or ''}".rstrip(": "))
+    return _failed(url, what, exc.code().name, exc.details() or "")
 
 
 def _call_error(url: str, what: str, exc: CallFailed) -> WorkerFailed:
-    """The same message as ``_rpc_error`` for the same status, whichever transport carried the call."""
-    return WorkerFailed(f"worker {url}: {what} failed: {exc.status.name}: {exc.status.message}".rstrip(": "))
+    """The same error as ``_rpc_error`` for the same status, whichever transport carried the call."""
+    return _failed(url, what, exc.status.name, exc.status.message)
 
 
 class VllmGrpcClient:
