@@ -283,9 +283,16 @@ class WorkerPool:
         )
 
     async def _health_loop(self, worker: Worker) -> None:
+        # Fixed rate: a check starts every interval whatever the last one took (at most one interval, see
+        # _check), so a worker that stops answering fails ``health_failures_to_unhealthy`` checks within that
+        # many intervals plus one, however long --health-timeout-s is.
+        loop = asyncio.get_running_loop()
+        interval = self._config.health_interval_s
+        next_at = loop.time()
         while True:
             await self._check(worker)
-            await asyncio.sleep(self._config.health_interval_s)
+            next_at = max(next_at + interval, loop.time())  # after a stall, no burst of checks to catch up
+            await asyncio.sleep(next_at - loop.time())
 
     def _publish(self, worker: Worker) -> None:
         if self._board is None:
@@ -300,20 +307,32 @@ class WorkerPool:
             error=worker.last_error,
         )
 
-    async def _check(self, worker: Worker) -> None:
-        timeout = self._config.health_timeout_s
-        ok = await worker.client.health(timeout_s=timeout)
+    async def _probe(self, worker: Worker, rpc_timeout_s: float) -> bool:
+        """Health, then (once) the model info and the load; False with ``last_error`` set on a failure."""
+        ok = await worker.client.health(timeout_s=rpc_timeout_s)
         try:
             if ok and worker.info is None:
-                worker.info = await worker.client.model_info(timeout_s=timeout)
+                worker.info = await worker.client.model_info(timeout_s=rpc_timeout_s)
                 self._model_info_ready.set()
             if ok and not (worker.kv_events == "streaming" and worker.stream_loads):  # those are fresher
-                load = await worker.client.loads(timeout_s=timeout)
+                load = await worker.client.loads(timeout_s=rpc_timeout_s)
                 if load is not None:
                     self._set_load(worker, load)
         except WorkerFailed as exc:
             ok = False
             worker.last_error = exc.message
+        return ok
+
+    async def _check(self, worker: Worker) -> None:
+        # One deadline for the whole check (health, model info, load), never past the next check's start: a
+        # worker that accepts connections but never answers (hung, SIGSTOPped) fails at that boundary.
+        budget = min(self._config.health_timeout_s, self._config.health_interval_s)
+        try:
+            async with asyncio.timeout(budget):
+                ok = await self._probe(worker, budget)
+        except TimeoutError:
+            ok = False
+            worker.last_error = f"no answer to the health check within {budget:g} s"
         if ok:
             if not worker.healthy:
                 log.info("worker %s healthy", worker.url)
