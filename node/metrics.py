@@ -15,6 +15,7 @@ from mesh.runtime import Mesh
 from node.cluster_state import SharedState
 from node.pipeline.generate import Usage
 from node.pipeline.tokenizer import Tokenizer
+from node.routing.cache_aware import CacheAware
 from node.workers.breaker import CIRCUIT_STATES
 from node.workers.pool import WorkerPool
 
@@ -54,6 +55,68 @@ class _WorkerCollector(Collector):
         yield in_flight
         yield circuit
         yield opens
+
+
+class _RoutingCollector(Collector):
+    """Each model's KV-event index and each cache_aware pool's approximate tree, read at scrape time."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        indexes = self._pool.kv_indexes
+        if indexes is not None:
+            gauges = {
+                name: GaugeMetricFamily(f"smg_node_kv_index_{name}", text, labels=["model"])
+                for name, text in _KV_INDEX_GAUGES.items()
+            }
+            counters = {
+                name: CounterMetricFamily(f"smg_node_kv_index_{name}", text, labels=["model"])
+                for name, text in _KV_INDEX_COUNTERS.items()
+            }
+            for model, index in indexes.items():
+                stats = index.stats()
+                label = [model or ""]
+                for name, family in gauges.items():
+                    value = stats.block_size or 0 if name == "block_size_tokens" else getattr(stats, name)
+                    family.add_metric(label, value)
+                for name, counter in counters.items():
+                    counter.add_metric(label, getattr(stats, name))
+            yield from gauges.values()
+            yield from counters.values()
+        pages = GaugeMetricFamily(
+            "smg_node_approx_tree_pages",
+            "Pages of cache_aware's approximate prefix tree (workers without KV events), by model and pool.",
+            labels=["model", "role"],
+        )
+        evicted = CounterMetricFamily(
+            "smg_node_approx_tree_evicted_pages",
+            "Pages evicted from cache_aware's approximate prefix tree at its bound, by model and pool.",
+            labels=["model", "role"],
+        )
+        for (role, model), policy in self._pool.policies().items():
+            if isinstance(policy, CacheAware):
+                pages.add_metric([model or "", role], len(policy.tree))
+                evicted.add_metric([model or "", role], policy.tree.evicted_pages)
+        yield pages
+        yield evicted
+
+
+# KvIndexStats fields exported (block_size as block_size_tokens: it is None until learned).
+_KV_INDEX_GAUGES = {
+    "workers": "Workers whose KV events the model's index has taken.",
+    "blocks": "Block copies in the model's KV-event index, all workers together.",
+    "prefixes": "Distinct prefixes in the model's KV-event index.",
+    "bytes_estimate": "Estimated memory of the model's KV-event index, in bytes.",
+    "block_size_tokens": "KV block size learned from the model's events (0 until the first store).",
+}
+_KV_INDEX_COUNTERS = {
+    "evicted_blocks": "Blocks dropped from the model's KV-event index at its bound.",
+    "orphan_blocks": "Stored blocks not indexed (another block size, or a parent never seen).",
+    "unknown_removals": "Removed events naming blocks the index did not hold.",
+    "duplicate_batches": "KV-event batches received again and ignored.",
+    "gaps": "Sequence gaps in a worker's KV events, each answered by resubscribing from the last sequence.",
+}
 
 
 class _TokenizerCacheCollector(Collector):
@@ -149,6 +212,7 @@ class NodeMetrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
         self.registry.register(_WorkerCollector(pool))
+        self.registry.register(_RoutingCollector(pool))
 
     def watch_mesh(self, mesh: Mesh) -> None:
         self.registry.register(_MeshCollector(mesh))
