@@ -158,6 +158,13 @@ class RoutingConfig:
         default=1024,
         metadata={"help": "least_load: prompt tokens assumed per request whose size is not known"},
     )
+    mean_decode_tokens: int = field(
+        default=256,
+        metadata={
+            "help": "least_load: output tokens assumed per request (engines report no lengths); a running "
+            "request is counted with half of them still to generate"
+        },
+    )
     # manual
     manual_ttl_s: float = field(
         default=4 * 3600.0,
@@ -229,6 +236,7 @@ class RoutingConfig:
             "must be a finite number > 0",
         )
         _check(self.mean_prefill_tokens >= 1, "mean_prefill_tokens", "must be >= 1")
+        _check(self.mean_decode_tokens >= 0, "mean_decode_tokens", "must be >= 0")
         _check(self.manual_ttl_s > 0, "manual_ttl_s", "must be > 0")
         _check(self.manual_max_entries >= 1, "manual_max_entries", "must be >= 1")
         bounds = self.bucket_boundaries_tokens

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import islice
 
 from node.routing.policy import Candidate, LoadView, load_of
 
@@ -51,6 +52,17 @@ class DispatchCredit:
         self._tokens[url] = tokens
         return len(sent), tokens
 
+    def open_since(self, url: str, sampled_at: float, still_open: int) -> tuple[int, int]:
+        """(requests, tokens) sent to ``url`` after ``sampled_at`` that are still open, given that
+        ``still_open`` requests are open there in all: of what was sent since, only those add load (a request
+        that finished is in no queue). The latest dispatches are taken as the open ones (earlier ones finish
+        first). Forgets what was sent before ``sampled_at``."""
+        requests, tokens = self.since(url, sampled_at)
+        if requests <= still_open:
+            return requests, tokens
+        still_open = max(still_open, 0)
+        return still_open, sum(t for _, t in islice(reversed(self._sent[url]), still_open))
+
     def retain(self, urls: Iterable[str]) -> None:
         keep = set(urls)
         for url in [u for u in self._sent if u not in keep]:
@@ -76,11 +88,11 @@ def request_loads(
         if not isinstance(view, LoadView) or view.updated_at < oldest:
             return [float(c.in_flight) for c in candidates]
         views.append(view)
-    # Of what was sent since a report, only what is still open adds load: a request that already finished is
-    # in no queue. Without this cap a report that stops being refreshed (a worker whose KV-event stream
-    # replaced the polls but carries no load records) turns into a running total of every dispatch since.
+    # Of what was sent since a report, only what is still open adds load. Without this cap a report that stops
+    # being refreshed (a worker whose KV-event stream replaced the polls but carries no load records) turns
+    # into a running total of every dispatch since.
     return [
-        float(v.running + v.waiting + min(credit.since(c.url, v.updated_at)[0], c.in_flight))
+        float(v.running + v.waiting + credit.open_since(c.url, v.updated_at, c.in_flight)[0])
         for c, v in zip(candidates, views, strict=True)
     ]
 

@@ -50,6 +50,7 @@ def make_policy(
             kv_pressure_weight_s=config.kv_pressure_weight_s,
             default_throughput_tps=config.default_throughput_tps,
             mean_prefill_tokens=config.mean_prefill_tokens,
+            mean_decode_tokens=config.mean_decode_tokens,
             load_stale_after_s=stale,
         )
     if name == "consistent_hashing":

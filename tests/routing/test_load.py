@@ -40,3 +40,14 @@ def test_credit_counts_only_requests_still_open_so_a_frozen_report_is_no_running
         credit.record("a" if i % 10 else "b", 1.0 + i / 10, 500)
     assert request_loads([a, b], credit, 12.0, 30.0) == [2.0, 1.0]
     assert not is_imbalanced(request_loads([a, b], credit, 12.0, 30.0), 64, 1.5)
+
+
+def test_open_credit_is_the_latest_dispatches_up_to_what_is_still_open() -> None:
+    credit = DispatchCredit()
+    for t, tokens in ((1.0, 10), (2.0, 20), (3.0, 30), (4.0, 40)):
+        credit.record("a", t, tokens)
+    assert credit.open_since("a", 0.0, 10) == (4, 100)
+    assert credit.open_since("a", 0.0, 2) == (2, 70)  # the two latest are taken as the open ones
+    assert credit.open_since("a", 2.5, 1) == (1, 40)
+    assert credit.open_since("a", 2.5, 0) == (0, 0)
+    assert credit.since("a", 0.0) == (2, 70), "only what was sent before the report is forgotten"
