@@ -36,23 +36,27 @@ class EngineLoad:
 
 
 def _plain_device(ev: Any) -> bool:
-    """Blocks any plain prompt could hit: local, on the device, full attention, no LoRA/salt."""
+    """Blocks (stored or removed) any plain prompt could hit: local, on the device, full attention."""
     if ev.HasField("locality") and ev.locality == _LOCALITY_REMOTE:
         return False
     if ev.HasField("tier") and ev.tier not in _TIER_OK:
         return False
-    if ev.HasField("group_idx") and ev.group_idx > 0:
-        return False
-    return not (ev.HasField("lora_name") or ev.HasField("cache_salt"))
+    return not (ev.HasField("group_idx") and ev.group_idx > 0)
 
 
 def convert_event(ev: Any) -> KvEvent | None:
     kind = ev.WhichOneof("data")
     if kind == "stored":
         s = ev.stored
-        if not _plain_device(s) or any(
-            b.HasField("lora_id") or len(b.extra_keys) or (b.HasField("cache_level") and b.cache_level > 0)
-            for b in s.blocks
+        # Only stores name a LoRA adapter or a cache salt (KvBlocksRemoved has neither field).
+        if (
+            not _plain_device(s)
+            or s.HasField("lora_name")
+            or s.HasField("cache_salt")
+            or any(
+                b.HasField("lora_id") or len(b.extra_keys) or (b.HasField("cache_level") and b.cache_level > 0)
+                for b in s.blocks
+            )
         ):
             return None
         if not s.blocks:
