@@ -3,7 +3,8 @@ hints, carried by the mesh (or kept locally when the node runs alone).
 
 One ``ClusterState`` per node process, named like its mesh member so membership and state agree on who is
 alive. The mesh's single delegate slot is split into channels (``mesh.channels``): the replicated state on
-one, best-effort routing hints on the other. A ticker task drives the state's clocked work (counter flush,
+one, best-effort routing hints on the second, and on a third the recent hints a joining node is handed in the
+join push-pull (``node.hint_snapshot``). A ticker task drives the state's clocked work (counter flush,
 garbage collection) with the mesh's view of live members (as ``mesh.state_runner`` does for a bare state),
 plus the health board's publishing and the routing hints' sending.
 
@@ -26,6 +27,7 @@ from mesh.runtime import Mesh
 from mesh.state import ClusterState
 from mesh.state_config import StateConfig
 from mesh.state_runner import live_members
+from node.hint_snapshot import HintSnapshot
 from node.workers.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
 from node.workers.registry import WorkerRegistry
 
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 #: Channel ids on the mesh delegate; every node must agree (append-only).
 STATE_CHANNEL = 1
 HINTS_CHANNEL = 2
+HINT_SNAPSHOT_CHANNEL = 3
 #: The state's name when the node runs without a mesh.
 STANDALONE_NODE = "local"
 
@@ -49,6 +52,7 @@ class SharedState:
     registry: WorkerRegistry
     board: HealthBoard
     hints: BestEffortBroadcast
+    hint_snapshot: HintSnapshot
     mesh: Mesh | None
 
     def alive_members(self) -> list[str] | None:
@@ -72,12 +76,21 @@ def open_shared_state(
     def cluster_size() -> int:
         return len(mesh.members()) if mesh is not None else 1
 
-    hints = BestEffortBroadcast(on_hints, retransmit_mult=state.config.retransmit_mult, cluster_size=cluster_size)
+    snapshot = HintSnapshot(on_hints)
+
+    def received(msg: bytes) -> None:
+        snapshot.record(msg)
+        on_hints(msg)
+
+    hints = BestEffortBroadcast(received, retransmit_mult=state.config.retransmit_mult, cluster_size=cluster_size)
     if channels is not None:
         channels.attach(STATE_CHANNEL, state)
         channels.attach(HINTS_CHANNEL, hints)
+        channels.attach(HINT_SNAPSHOT_CHANNEL, snapshot)
     board = HealthBoard(state, publish_interval_s=health_publish_interval_s)
-    return SharedState(state=state, registry=WorkerRegistry(state), board=board, hints=hints, mesh=mesh)
+    return SharedState(
+        state=state, registry=WorkerRegistry(state), board=board, hints=hints, hint_snapshot=snapshot, mesh=mesh
+    )
 
 
 class HintSource(Protocol):
@@ -93,7 +106,8 @@ async def run_ticker(shared: SharedState, hints: HintSource | None = None) -> No
             shared.tick()
             if hints is not None and shared.mesh is not None:
                 for msg in hints.take_outgoing():
-                    shared.hints.publish(msg)
+                    if shared.hints.publish(msg):
+                        shared.hint_snapshot.record(msg)
         except Exception:  # a bug in housekeeping must not stop replication
             log.exception("cluster state tick failed")
         await asyncio.sleep(interval)

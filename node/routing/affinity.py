@@ -16,7 +16,10 @@ Prefix hashes are ``block_hashes``' (Python's deterministic tuple hash); a messa
 node whose hash differs (another Python build) ignores hints it could not match anyway.
 
 Wire (version 1): ``>BHq`` version, page size, hash check; ``B`` URL count, each ``B`` length + UTF-8; then
-entries ``>qIB`` prefix hash, pages, URL index, to the end.
+entries ``>qIB`` prefix hash, pages, URL index, to the end. Version 2 is a version-1 message as seen some time
+ago (``aged``): ``>BI`` version, age in ms, then the version-1 message. Only the join snapshot of recent hints
+(node/hint_snapshot.py) sends it: its hints are dated back by the age, so they expire when they would have
+where they were made, and never replace a fresher hint of the same prefix.
 """
 
 from __future__ import annotations
@@ -29,11 +32,20 @@ from collections.abc import Callable
 from node.routing.block_hashes import BlockHashes
 
 HINT_VERSION = 1
+AGED_HINT_VERSION = 2
 HASH_CHECK = hash((1, 2, 3))
 _HEADER = struct.Struct(">BHq")
 _ENTRY = struct.Struct(">qIB")
+_AGED = struct.Struct(">BI")
+#: Ages past ~49 days saturate (no hint lives that long).
+MAX_AGE_MS = 0xFFFF_FFFF
 MAX_URL_BYTES = 255
 MAX_URLS_PER_MESSAGE = 255
+
+
+def aged(msg: bytes, age_s: float) -> bytes:
+    """A version-1 hint message as it was ``age_s`` seconds ago (version 2, see the module docstring)."""
+    return _AGED.pack(AGED_HINT_VERSION, min(MAX_AGE_MS, max(0, round(age_s * 1000)))) + msg
 
 
 def hint_depths(pages: int) -> list[int]:
@@ -147,8 +159,13 @@ class AffinityHints:
         return bytes(out)
 
     def receive(self, msg: bytes) -> None:
-        """A peer's hints. Malformed, foreign-version or foreign-hash messages are counted and ignored."""
+        """A peer's hints (version 1: made now; version 2: made its age ago). Malformed, foreign-version or
+        foreign-hash messages are counted and ignored."""
         try:
+            age_s = 0.0
+            if msg[:1] == bytes((AGED_HINT_VERSION,)):
+                _, age_ms = _AGED.unpack_from(msg, 0)
+                age_s, msg = age_ms / 1000, msg[_AGED.size :]
             version, page, check = _HEADER.unpack_from(msg, 0)
             if version != HINT_VERSION or page != self._page or check != HASH_CHECK:
                 self.rejected += 1
@@ -163,9 +180,15 @@ class AffinityHints:
                 offset += 1 + length
             if (len(msg) - offset) % _ENTRY.size:
                 raise ValueError("truncated entry")
-            now = self._clock()
+            made = self._clock() - age_s
+            if age_s >= self._ttl:
+                return
             for prefix, depth, index in _ENTRY.iter_unpack(msg[offset:]):
-                self._put(prefix, urls[index], depth, now)
+                url = urls[index]
+                known = self._map.get(prefix)
+                if age_s and known is not None and known[2] >= made:
+                    continue  # an old hint never replaces what we learned since
+                self._put(prefix, url, depth, made)
                 self.received += 1
         except (IndexError, ValueError, struct.error, UnicodeDecodeError):
             self.rejected += 1
