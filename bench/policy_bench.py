@@ -1,6 +1,6 @@
 """Routing policies under a multi-turn workload with shared prefixes: smg-node and SMG, same policy, same workers.
 
-    .venv/bin/python -m bench.policy_bench            # 7 policies x 2 gateways x 3 repetitions (~25 min)
+    .venv/bin/python -m bench.policy_bench            # 9 policies x 2 gateways x 3 repetitions (~30 min)
     .venv/bin/python -m bench.policy_bench --quick    # round_robin and cache_aware, 1 repetition (~2 min)
     .venv/bin/python -m bench.policy_bench --results  # the full run, then rewrite its block in bench/RESULTS.md
 
@@ -14,6 +14,9 @@ the prefix hit ratio, all over the turns scheduled after the warm-up; the hit ra
 (sum of usage.prompt_tokens_details.cached_tokens / sum of usage.prompt_tokens), which both gateways relay
 unchanged from the worker's answer, so it is measured the same way for both. Tables show medians over the
 repetitions; the gateway order alternates between runs.
+
+Every request carries its conversation id as the ``X-SMG-Routing-Key`` header, the key that consistent_hashing
+and manual read on both gateways. ``bucket`` runs on smg-node alone (``NODE_ONLY``).
 """
 
 from __future__ import annotations
@@ -61,7 +64,14 @@ POLICIES = (
     "consistent_hashing",
     "prefix_hash",
     "cache_aware",
+    "manual",
+    "bucket",
 )
+# Policies SMG 1.13 cannot run in this setup, and why: these runs are smg-node's alone.
+NODE_ONLY = {
+    "bucket": "SMG 1.13 has bucket only as a prefill policy in PD mode (`--prefill-policy`; its `--policy` "
+    "choices lack it), and these workers are regular",
+}
 BASELINE = "round_robin"
 # Issue 6's targets for smg-node's cache_aware.
 TARGET_VS_BASELINE = 0.75  # TTFT p99 at least 25% below round_robin's
@@ -155,6 +165,7 @@ def run_bench(config: PolicyBenchConfig) -> Outcome:
     for repetition in range(config.repeats):
         for policy in config.policies:
             order = config.gateways if turn % 2 == 0 else tuple(reversed(config.gateways))
+            order = tuple(g for g in order if g == NODE or policy not in NODE_ONLY)
             turn += 1
             for gateway in order:
                 try:
@@ -318,7 +329,9 @@ def describe_setup(config: PolicyBenchConfig, requests: int, command: str) -> li
         f"- medians of {config.repeats} repetition(s); gateway order alternating; each gateway with its own "
         "defaults for the policy"
         + "".join(f"; {name} also `{shlex.join(extra)}`" for name, extra in config.extra_args.items()),
-    ]
+        "- every request carries its conversation id as `X-SMG-Routing-Key` (read by consistent_hashing and "
+        "manual on both gateways)",
+    ] + [f"- {policy} on smg-node alone: {why}" for policy, why in NODE_ONLY.items() if policy in config.policies]
 
 
 def render(config: PolicyBenchConfig, outcome: Outcome, command: str) -> str:
