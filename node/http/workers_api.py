@@ -58,6 +58,7 @@ def worker_json(pool: WorkerPool, worker: Worker, now_s: float) -> dict[str, obj
         "labels": dict(worker.spec.labels),
         "verdict": _verdict(board.cluster_ok(worker.id) if board is not None else worker.healthy),
         "routable_here": pool.routable(worker),
+        "circuit": worker.breaker.state,  # closed, open (left out of routing) or half_open (one trial)
         "in_flight": worker.in_flight,
         "load": _load_json(worker, now_s),
         "kv_events": worker.kv_events,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,8 @@ async def test_a_failing_worker_is_kept_out_until_a_trial_succeeds(llama3_model_
         assert broken.attempts == 2, "a request reached a worker whose circuit is open"
         assert good_sim.engine.completed_requests == served + 8
         _, listing = await _get(node, "/workers")
-        assert '"routable_here":false' in listing.replace(" ", "")
+        listed = {w["url"]: w for w in json.loads(listing)["data"]}
+        assert listed[bad_url]["circuit"] == "open" and not listed[bad_url]["routable_here"]
         status, metrics = await _get(node, "/metrics")
         assert status == 200
         assert f'smg_node_worker_circuit_state{{state="open",worker="{bad_url}"}} 1.0' in metrics
