@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from node.pipeline.generate import GenerateSpec, Generation, TextDelta
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.round_robin import RoundRobin
 from node.tasks import Supervisor
+from node.workers.breaker import CircuitBreaker
 from node.workers.pool import WorkerPool
 from node.workers.types import ModelInfo, SamplingParams, WorkerOutput, WorkerRequest
 
@@ -73,7 +75,10 @@ async def pool_of(*workers: ScriptedWorker) -> AsyncGenerator[WorkerPool, None]:
         pool = WorkerPool(
             WorkerPoolConfig(workers=tuple(by_url)),
             client_factory=lambda u: by_url[u],
-            policy=RoundRobin(),
+            policies=lambda _role, _model: RoundRobin(),
+            policy_name="round_robin",
+            # A circuit that never opens here: these tests are about the pipeline, not the breaker.
+            breakers=lambda: CircuitBreaker(failures_to_open=1_000_000, open_s=1.0, clock=time.monotonic),
             supervisor=sup,
         )
         for w in pool.workers:
