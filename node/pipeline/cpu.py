@@ -24,6 +24,9 @@ INLINE_MAX_CHARS = 2048
 # Chat templates render in ~2.5 µs per 1,000 characters: below this, rendering on the loop stays under
 # ~0.1 ms, and the cache lookup that follows it (hashing, ~1 µs per 1,000 characters) decides the rest.
 RENDER_INLINE_MAX_CHARS = 32768
+# The cache lookup hashes the whole text (~1 µs per 1,000 characters, plus the L0 key's str hash): above
+# this, even the lookup goes to the pool with the encode, so no request holds the loop for long.
+LOOKUP_INLINE_MAX_CHARS = 131072
 
 
 class CpuPool:
@@ -40,6 +43,8 @@ class CpuPool:
     async def encode(self, tokenizer: Tokenizer, text: str, *, add_special_tokens: bool) -> list[int]:
         """``tokenizer.encode``: the cache lookup inline, the encoding it leaves inline or on the pool by
         its size."""
+        if len(text) > LOOKUP_INLINE_MAX_CHARS:
+            return await self.run(len(text), lambda: tokenizer.encode(text, add_special_tokens=add_special_tokens))
         job = tokenizer.prepare(text, add_special_tokens=add_special_tokens)
         return await self.run(job.pending_chars, job.finish)
 
