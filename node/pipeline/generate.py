@@ -14,14 +14,13 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import cast
 
 from node.errors import WorkerFailed
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.stops import StopMatcher
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.policy import RouteRequest
-from node.workers.client import WorkerClient
+from node.workers.client import worker_batches
 from node.workers.pool import Worker, WorkerPool
 from node.workers.types import SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
 
@@ -109,23 +108,6 @@ def _logprob_entries(lp: TokenLogprobs | None, start: int, count: int) -> list[T
 
 def _is_open(choice: _Choice) -> bool:
     return choice.finish_reason is None
-
-
-def _worker_batches(client: WorkerClient, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
-    """The worker's Generate stream as lists of the messages that arrived together (one each where the
-    client cannot tell)."""
-    batches = getattr(client, "generate_batches", None)
-    if batches is not None:
-        return cast("AsyncGenerator[Sequence[WorkerOutput], None]", batches(request))
-    return _one_by_one(client.generate(request))
-
-
-async def _one_by_one(stream: AsyncGenerator[WorkerOutput, None]) -> AsyncGenerator[Sequence[WorkerOutput], None]:
-    try:
-        async for out in stream:
-            yield (out,)
-    finally:
-        await stream.aclose()
 
 
 async def _read_to_end(stream: AsyncGenerator[Sequence[WorkerOutput], None]) -> None:
@@ -248,7 +230,7 @@ class Generation:
         worker.in_flight += 1
         worker_done = False
         got_any = False
-        stream = _worker_batches(worker.client, request)
+        stream = worker_batches(worker.client, request)
         try:
             async for outs in stream:
                 got_any = True

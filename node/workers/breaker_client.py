@@ -21,7 +21,7 @@ from typing import TypeVar
 from node.errors import WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.breaker import CircuitBreaker
-from node.workers.client import WorkerClient, WorkerRejected
+from node.workers.client import WorkerClient, WorkerRejected, worker_batches
 from node.workers.kv_convert import EngineLoad
 from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
 
@@ -48,12 +48,7 @@ class BreakerClient:
 
     def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
         """Generate's messages as lists of those that arrived together (one each where the client cannot tell)."""
-        batches = getattr(self._inner, "generate_batches", None)
-        if batches is not None:
-            stream: AsyncGenerator[Sequence[WorkerOutput], None] = batches(request)
-        else:
-            stream = _one_by_one(self._inner.generate(request))
-        return self._observed(stream)
+        return self._observed(worker_batches(self._inner, request))
 
     async def _observed(self, stream: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
         verdict: bool | None = None
@@ -98,11 +93,3 @@ class BreakerClient:
 
     async def close(self) -> None:
         await self._inner.close()
-
-
-async def _one_by_one(stream: AsyncGenerator[WorkerOutput, None]) -> AsyncGenerator[Sequence[WorkerOutput], None]:
-    try:
-        async for out in stream:
-            yield (out,)
-    finally:
-        await stream.aclose()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from node.errors import WorkerFailed
 from node.routing.kv_events import KvEventBatch
@@ -42,3 +42,20 @@ class WorkerClient(Protocol):
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None: ...
 
     async def close(self) -> None: ...
+
+
+def worker_batches(client: WorkerClient, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
+    """The worker's Generate stream as lists of the messages that arrived together (one each where the
+    client cannot tell: it has no ``generate_batches``)."""
+    batches = getattr(client, "generate_batches", None)
+    if batches is not None:
+        return cast("AsyncGenerator[Sequence[WorkerOutput], None]", batches(request))
+    return _one_by_one(client.generate(request))
+
+
+async def _one_by_one(stream: AsyncGenerator[WorkerOutput, None]) -> AsyncGenerator[Sequence[WorkerOutput], None]:
+    try:
+        async for out in stream:
+            yield (out,)
+    finally:
+        await stream.aclose()
