@@ -13,7 +13,6 @@ from node.http import openai_common as common
 from node.http.errors import error_object, read_json
 from node.http.openai_types import ChatCompletionRequest, ChatMessage
 from node.http.sse import ChunkFrames, SseStream, frame, open_stream
-from node.pipeline.cpu import RENDER_INLINE_MAX_CHARS
 from node.pipeline.generate import GenerateSpec, Generation, TextDelta
 from node.pipeline.template import TemplateError
 
@@ -73,10 +72,6 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 class ChatCompletions(common.GenerationApi):
-    def _prompt_ids(self, req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> list[int]:
-        """Render and tokenize, in one go (on the CPU pool, for very long conversations)."""
-        return self._model.tokenizer.encode(self._render(req, messages), add_special_tokens=False)
-
     def _render(self, req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> str:
         """The prompt text: the chat template over ``messages``."""
         template = self._model.template
@@ -124,13 +119,7 @@ class ChatCompletions(common.GenerationApi):
         stops = common.stop_strings(req)
         messages = template_messages(req.messages)
         size = sum(len(m["content"] or "") for m in messages)
-        if size <= RENDER_INLINE_MAX_CHARS:
-            # Rendering is cheap (~30 µs for 12,000 characters); the encode then goes to a thread only if
-            # the tokenizer cache leaves enough of it (a chat turn's history usually is cached).
-            text = self._render(req, messages)
-            prompt_ids = await self._cpu.encode(model.tokenizer, text, add_special_tokens=False)
-        else:
-            prompt_ids = await self._cpu.run(size, self._prompt_ids, req, messages)
+        prompt_ids = await self._cpu.render_and_encode(size, lambda: self._render(req, messages), model.tokenizer)
         requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = common.resolve_max_tokens(requested, len(prompt_ids), model, param=param, prompt_param="messages")

@@ -31,7 +31,6 @@ from node.http.responses_types import ResponsesRequest
 from node.http.sse import SSE_HEADERS
 from node.http.tenancy import ApiConfig, tenant_of
 from node.pipeline import responses_items as items
-from node.pipeline.cpu import RENDER_INLINE_MAX_CHARS
 from node.pipeline.generate import GenerateSpec, Generation, Usage
 from node.pipeline.template import TemplateError
 from storage.base import MAX_ITEMS_PER_ADD, MAX_PAGE_LIMIT, Item, ResponseRecord
@@ -172,12 +171,6 @@ class Responses(common.GenerationApi):
                 )
             after = page.last_id
 
-    def _prompt_ids(
-        self, req: ResponsesRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-    ) -> list[int]:
-        """Render and tokenize, in one go (on the CPU pool, for very long contexts)."""
-        return self._model.tokenizer.encode(self._render(req, messages, tools), add_special_tokens=False)
-
     def _render(self, req: ResponsesRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         """The prompt text: the chat template over ``messages``."""
         template = self._model.template
@@ -214,11 +207,8 @@ class Responses(common.GenerationApi):
         if not messages:
             raise InvalidRequest("'input' must contain at least one item.", param="input")
         size = sum(len(m.get("content") or "") for m in messages)
-        if size <= RENDER_INLINE_MAX_CHARS:  # as in chat: render inline, encode what the cache leaves
-            text = self._render(req, messages, tools)
-            prompt_ids = await self._cpu.encode(self._model.tokenizer, text, add_special_tokens=False)
-        else:
-            prompt_ids = await self._cpu.run(size, self._prompt_ids, req, messages, tools)
+        render = partial(self._render, req, messages, tools)
+        prompt_ids = await self._cpu.render_and_encode(size, render, self._model.tokenizer)
         model = self._model
         max_tokens = common.resolve_max_tokens(
             req.max_output_tokens, len(prompt_ids), model, param="max_output_tokens", prompt_param="input"

@@ -48,5 +48,13 @@ class CpuPool:
         job = tokenizer.prepare(text, add_special_tokens=add_special_tokens)
         return await self.run(job.pending_chars, job.finish)
 
+    async def render_and_encode(self, size_hint: int, render: Callable[[], str], tokenizer: Tokenizer) -> list[int]:
+        """Ids of a chat prompt (no special tokens added: the template wrote them). ``render`` makes the
+        text from messages of ``size_hint`` characters: inline when small, then `encode`; for very long
+        conversations both on the pool."""
+        if size_hint > RENDER_INLINE_MAX_CHARS:
+            return await self.run(size_hint, lambda: tokenizer.encode(render(), add_special_tokens=False))
+        return await self.encode(tokenizer, render(), add_special_tokens=False)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
