@@ -21,6 +21,7 @@ key text, every entry a fixed overhead. L1 entries of one conversation share one
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 import threading
@@ -28,7 +29,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from node.pipeline.encode_rules import Affixes, EncodeFn
 
@@ -271,27 +272,17 @@ def _l0_size(key: tuple[str, bool, str], ids: array[int]) -> int:
     return sys.getsizeof(key[2]) + len(ids) * ids.itemsize + _ENTRY_OVERHEAD_BYTES
 
 
+@dataclass(frozen=True, slots=True)
 class EncodeJob:
-    """What is left of one encode after the cache lookup: `finish` returns the ids (call it once, from
+    """What is left of one encode after the cache lookup: `finish()` returns the ids (call it once, from
     any thread). ``pending_chars`` is how much text it still encodes: 0 for a cache hit."""
 
-    __slots__ = ("_arg", "_fn", "pending_chars")
-
-    def __init__(self, pending_chars: int, fn: Callable[[Any], list[int]], arg: Any) -> None:
-        self.pending_chars = pending_chars
-        self._fn = fn
-        self._arg = arg
+    pending_chars: int
+    finish: Callable[[], list[int]]
 
     @classmethod
     def done(cls, ids: list[int]) -> EncodeJob:
-        return cls(0, _identity, ids)
-
-    def finish(self) -> list[int]:
-        return self._fn(self._arg)
-
-
-def _identity(ids: list[int]) -> list[int]:
-    return ids
+        return cls(0, lambda: ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +338,7 @@ class CachedEncoder:
                 # Not copied into L0: L1 already holds these ids, and a repeat of the text is an L1 hit
                 # on its last cut. Chat prompts are rarely repeated whole, so L0 would mostly churn.
                 return job
-        return EncodeJob(len(text), self._encode_whole, key)
+        return EncodeJob(len(text), functools.partial(self._encode_whole, key))
 
     def _encode_whole(self, key: tuple[str, bool, str]) -> list[int]:
         ids = self._encode(key[2], key[1])
@@ -369,7 +360,7 @@ class CachedEncoder:
             hit, base, base_ids = found
         start = cuts[hit] if hit >= 0 else 0
         plan = _PrefixPlan(text, add_special_tokens, cuts, stored, digests, hit, base, base_ids)
-        return EncodeJob(len(text) - start, self._finish_prefix, plan)
+        return EncodeJob(len(text) - start, functools.partial(self._finish_prefix, plan))
 
     def _finish_prefix(self, plan: _PrefixPlan) -> list[int]:
         rules = self._rules

@@ -15,6 +15,7 @@ ids Hugging Face returns; each shortcut is established when the tokenizer loads 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -225,10 +226,7 @@ class Tokenizer:
         ``pending_chars`` tells whether it is worth a thread. ``prepare(...).finish() == encode(...)``."""
         if self._cached is not None:
             return self._cached.prepare(text, add_special_tokens)
-        return EncodeJob(len(text), self._encode_args, (text, add_special_tokens))
-
-    def _encode_args(self, args: tuple[str, bool]) -> list[int]:
-        return self._encode(*args)
+        return EncodeJob(len(text), functools.partial(self._encode, text, add_special_tokens))
 
     def encode_uncached(self, text: str, *, add_special_tokens: bool) -> list[int]:
         """`encode` bypassing the cache (same ids; for benchmarks and checks)."""

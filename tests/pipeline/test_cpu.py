@@ -25,11 +25,11 @@ class _Recording:
         self.lookups.append(threading.current_thread().name)
         job = self.real.prepare(text, add_special_tokens=add_special_tokens)
 
-        def finish(_: object) -> list[int]:
+        def finish() -> list[int]:
             self.threads.append(threading.current_thread().name)
             return job.finish()
 
-        return EncodeJob(job.pending_chars, finish, None)
+        return EncodeJob(job.pending_chars, finish)
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         self.threads.append(threading.current_thread().name)
