@@ -68,3 +68,21 @@ async def test_a_huge_text_is_not_even_looked_up_on_the_loop(llama3_tokenizer: T
     assert tok.lookups == [], "hashing megabytes on the loop would stall it"
     assert len(tok.threads) == 1 and tok.threads[0].startswith("smg-cpu")
     pool.close()
+
+
+async def test_a_very_long_conversation_is_rendered_on_the_pool_and_a_short_one_inline(
+    llama3_tokenizer: Tokenizer, pool: CpuPool
+) -> None:
+    rendered_on: list[str] = []
+
+    def render() -> str:
+        rendered_on.append(threading.current_thread().name)
+        return "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+
+    expected = llama3_tokenizer.encode_uncached(render(), add_special_tokens=False)
+    rendered_on.clear()
+    assert await pool.render_and_encode(100, render, llama3_tokenizer) == expected
+    assert await pool.render_and_encode(cpu.RENDER_INLINE_MAX_CHARS + 1, render, llama3_tokenizer) == expected
+    assert rendered_on[0] == threading.current_thread().name
+    assert rendered_on[1].startswith("smg-cpu")
+    pool.close()
