@@ -22,16 +22,6 @@ from typing import Literal
 
 CircuitState = Literal["closed", "open", "half_open"]
 CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "open", "half_open")
-_Event = Literal["success", "failure", "trip", "cooled"]
-
-# Pairs absent from the table leave the state as it is (see the module docstring for why).
-_TRANSITIONS: dict[tuple[CircuitState, _Event], CircuitState] = {
-    ("closed", "trip"): "open",
-    ("open", "cooled"): "half_open",
-    ("half_open", "success"): "closed",
-    ("half_open", "failure"): "open",
-    ("half_open", "trip"): "open",
-}
 
 
 class CircuitBreaker:
@@ -44,16 +34,17 @@ class CircuitBreaker:
         self._failures_to_open = failures_to_open
         self._open_s = open_s
         self._clock = clock
-        self._state: CircuitState = "closed"
-        self._failures = 0  # consecutive failures while closed
-        self._opened_at = 0.0
+        self._failures = 0  # consecutive failures
+        # The state is derived from this: None closed, else open for ``open_s`` from it, then half-open.
+        self._opened_at: float | None = None
         self._trial_at: float | None = None  # when the half-open trial was dispatched; None: none out
         self._opens = 0
 
     @property
     def state(self) -> CircuitState:
-        self._cool()
-        return self._state
+        if self._opened_at is None:
+            return "closed"
+        return "open" if self._clock() - self._opened_at < self._open_s else "half_open"
 
     @property
     def consecutive_failures(self) -> int:
@@ -80,7 +71,8 @@ class CircuitBreaker:
 
     def on_success(self) -> None:
         self._failures = 0
-        self._fire("success")
+        if self.state == "half_open":  # the trial succeeded
+            self._opened_at = self._trial_at = None
 
     def on_failure(self) -> bool:
         """A request failed because of the worker. Returns whether this opened the circuit."""
@@ -88,26 +80,14 @@ class CircuitBreaker:
         if state == "open":
             return False
         self._failures += 1
-        self._fire("trip" if self._failures >= self._failures_to_open else "failure")
-        return self._state == "open"
+        if state == "closed" and self._failures < self._failures_to_open:
+            return False
+        self._opened_at = self._clock()
+        self._trial_at = None
+        self._opens += 1
+        return True
 
     def on_release(self) -> None:
         """A request ended without a verdict on the worker: a trial it was frees the slot for another."""
         if self.state == "half_open":
             self._trial_at = None
-
-    def _cool(self) -> None:
-        if self._state == "open" and self._clock() - self._opened_at >= self._open_s:
-            self._fire("cooled")
-
-    def _fire(self, event: _Event) -> None:
-        state = _TRANSITIONS.get((self._state, event), self._state)
-        if state == self._state:
-            return
-        self._state = state
-        self._trial_at = None
-        if state == "open":
-            self._opened_at = self._clock()
-            self._opens += 1
-        elif state == "closed":
-            self._failures = 0
