@@ -6,9 +6,9 @@ previous_response_id), the items of the previous_response_id chain or of the con
 input items. It is rendered with the model's chat template and generated like a chat completion.
 
 Durable before acknowledged: with store=true (the default) the response, its input items and its output are
-written before the JSON answer or the terminal stream event leaves; a failed write turns the answer into a
-503 (JSON) or response.failed (stream), never a success the store does not know. With a conversation the
-new input and output items are appended to it in the same write.
+written before the JSON answer or the terminal stream event leaves; a failed write turns the answer into an
+error (JSON: 503 or 500, see node/http/history.py) or response.failed (stream), never a success the store does
+not know. With a conversation the new input and output items are appended to it in the same write.
 """
 
 from __future__ import annotations
@@ -244,8 +244,8 @@ class Responses(common.GenerationApi):
     async def _persist(self, turn: _Turn, response: dict[str, Any], output: dict[str, Any]) -> None:
         """Make the finished response durable (store=true) or at least its items (conversation only).
 
-        Raises StorageUnavailableError, NotFound (the previous response or conversation vanished meanwhile),
-        StorageConflict (an input item id already in the conversation)."""
+        Raises StorageUnavailableError, StorageContendedError, StorageFailed, NotFound (the previous response
+        or conversation vanished meanwhile), StorageConflict (an input item id already in the conversation)."""
         req = turn.req
         history = self._history
         inputs = [Item.from_json(i) for i in turn.inputs]
