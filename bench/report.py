@@ -112,13 +112,18 @@ def measure(result: LoadResult, max_tokens: int, cpu: CpuUse, gateway_rss_bytes:
 D = TypeVar("D")
 
 
+def median(values: Iterable[float]) -> float:
+    """The median, NaNs left out (NaN for none)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return statistics.median(kept) if kept else math.nan
+
+
 def median_fields(cls: type[D], items: Iterable[D]) -> D:
     """The field-by-field median of dataclass instances whose fields are all numbers (NaNs left out)."""
     rows = list(items)
     values: dict[str, Any] = {}
     for f in fields(cls):  # type: ignore[arg-type]
-        column = [getattr(row, f.name) for row in rows if not math.isnan(getattr(row, f.name))]
-        values[f.name] = statistics.median(column) if column else math.nan
+        values[f.name] = median(getattr(row, f.name) for row in rows)
     return cls(**values)
 
 

@@ -39,7 +39,7 @@ import redis.asyncio as aioredis
 from bench import launch, report
 from bench.launch import LaunchError, Service
 from bench.proc import machine_busy_s, own_cpu_s, sample_tree
-from bench.storage_bench import med, server_pid, tree_cpu_s
+from bench.storage_bench import server_pid, tree_cpu_s
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_PATH = BENCH_DIR / "RESULTS.md"
@@ -218,7 +218,7 @@ METRICS: dict[str, Callable[[Point, float], float]] = {
 
 def median_of(points: Sequence[Point], metric: str, q: float = 0.0) -> float:
     """The median over rounds of one of METRICS (``q``: the latency quantile for "p")."""
-    return med([METRICS[metric](p, q) for p in points])
+    return report.median(METRICS[metric](p, q) for p in points)
 
 
 async def run_all(args: argparse.Namespace, log_dir: Path) -> dict[str, dict[bool, list[Point]]]:

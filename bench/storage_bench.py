@@ -24,7 +24,6 @@ import asyncio
 import datetime as dt
 import json
 import math
-import statistics
 import sys
 import time
 import uuid
@@ -209,12 +208,6 @@ async def run_all(args: argparse.Namespace) -> list[Run]:
     return runs
 
 
-def med(values: Sequence[float]) -> float:
-    """The median, NaNs left out (NaN for none)."""
-    kept = [v for v in values if not math.isnan(v)]
-    return statistics.median(kept) if kept else math.nan
-
-
 def render(args: argparse.Namespace, runs: Sequence[Run], command: str) -> str:
     lines = [
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
@@ -230,15 +223,15 @@ def render(args: argparse.Namespace, runs: Sequence[Run], command: str) -> str:
     ]
     for backend in dict.fromkeys(run.backend for run in runs):
         mine = [run for run in runs if run.backend == backend]
-        per_put = 1000 / max(1, med([run.puts for run in mine]))
+        per_put = 1000 / max(1, report.median([run.puts for run in mine]))
         cells = [
             backend,
-            report.fmt(med([run.puts_per_s for run in mine]), 0),
-            report.fmt(med([run.p50_ms for run in mine]), 2),
-            report.fmt(med([run.p99_ms for run in mine]), 2),
-            report.fmt(med([run.own_cpu_s for run in mine]) * per_put, 3),
-            report.fmt(med([run.server_cpu_s for run in mine]) * per_put, 3),
-            report.fmt(med([100 * run.other_cpu_s / run.wall_s for run in mine]), 0),
+            report.fmt(report.median([run.puts_per_s for run in mine]), 0),
+            report.fmt(report.median([run.p50_ms for run in mine]), 2),
+            report.fmt(report.median([run.p99_ms for run in mine]), 2),
+            report.fmt(report.median([run.own_cpu_s for run in mine]) * per_put, 3),
+            report.fmt(report.median([run.server_cpu_s for run in mine]) * per_put, 3),
+            report.fmt(report.median([100 * run.other_cpu_s / run.wall_s for run in mine]), 0),
             report.fmt(sum(run.puts for run in mine), 0),
         ]
         lines.append("| " + " | ".join(cells) + " |")
