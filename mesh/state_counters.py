@@ -139,10 +139,6 @@ class Counters:
         self.refused = 0
         rows.set_adopter(COUNTER_TABLE, self._adopt)
 
-    def __len__(self) -> int:
-        """Active counters of ours (expired ones leave at the next flush)."""
-        return len(self._mine)
-
     def incr(
         self, key: str, limit: str, window_s: float, now: float, amount: int, *, live: Callable[[str], bool]
     ) -> int:
@@ -189,20 +185,24 @@ class Counters:
         if len(self._mine) >= limit:
             self.refused += 1
             raise StateLimitError(f"counter {field!r}: this node already counts max_counter_fields={limit}")
-        shard = field_shard(field, self._config.counter_shards)
-        name_bytes = len(dumps(field).encode())
-        cost = _cost(name_bytes, epoch, count)
-        self._reserve(field, shard, cost)
-        self._mine[field] = _Slot(window, shard, name_bytes, epoch, count, cost)
+        slot = self._slot(field, window, epoch, count)
+        self._reserve(field, slot.shard, slot.cost)
+        self._mine[field] = slot
         self._dirty = True
 
-    def _set(self, field: str, slot: _Slot, epoch: int, count: int) -> None:
-        """Raises StateLimitError (counted) if a count or epoch past its reserved digits does not fit."""
+    def _slot(self, field: str, window: int, epoch: int, count: int) -> _Slot:
+        name_bytes = len(dumps(field).encode())
+        shard = field_shard(field, self._config.counter_shards)
+        return _Slot(window, shard, name_bytes, epoch, count, _cost(name_bytes, epoch, count))
+
+    def _set(self, field: str, slot: _Slot, epoch: int, count: int, *, bounded: bool = True) -> None:
+        """Raises StateLimitError (counted) if ``bounded`` and a count or epoch past its reserved digits
+        does not fit."""
         cost = _cost(slot.name_bytes, epoch, count)
-        if cost > slot.cost:
+        if bounded and cost > slot.cost:
             self._reserve(field, slot.shard, cost - slot.cost)
         else:
-            self._shard_bytes[slot.shard] -= slot.cost - cost
+            self._shard_bytes[slot.shard] += cost - slot.cost
         slot.epoch, slot.count, slot.cost = epoch, count, cost
         self._dirty = True
 
@@ -246,15 +246,10 @@ class Counters:
             epoch, count = parsed
             slot = self._mine.get(field)
             if slot is None:
-                shard = field_shard(field, self._config.counter_shards)
-                name_bytes = len(dumps(field).encode())
-                cost = _cost(name_bytes, epoch, count)
-                self._mine[field] = _Slot(shape[2], shard, name_bytes, epoch, count, cost)
-                self._shard_bytes[shard] += cost
+                slot = self._mine[field] = self._slot(field, shape[2], epoch, count)
+                self._shard_bytes[slot.shard] += slot.cost
             elif (epoch, count) > (slot.epoch, slot.count):
-                cost = _cost(slot.name_bytes, epoch, count)
-                self._shard_bytes[slot.shard] += cost - slot.cost
-                slot.epoch, slot.count, slot.cost = epoch, count, cost
+                self._set(field, slot, epoch, count, bounded=False)
         self._dirty = True  # rewrite our own version over the observed one, even if ours already dominates
 
 
