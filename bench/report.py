@@ -9,7 +9,7 @@ import os
 import platform
 import statistics
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -255,13 +255,18 @@ def ratio_table(summary: dict[tuple[str, Point], Metrics]) -> str:
     return "\n".join(lines)
 
 
+def json_ready(fields: Mapping[str, object]) -> dict[str, object]:
+    """``fields`` with NaN values as None (null: JSON has no NaN)."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in fields.items()}
+
+
 def run_record(run: PointRun) -> dict[str, object]:
     """A JSON-ready record of one run."""
     return {
         "gateway": run.gateway,
         "repetition": run.repetition,
         "point": asdict(run.point),
-        "metrics": {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(run.metrics).items()},
+        "metrics": json_ready(asdict(run.metrics)),
         "errors": list(run.errors),
     }
 

@@ -275,13 +275,12 @@ def raw_json(args: argparse.Namespace, results: dict[str, dict[bool, list[Point]
     def record(p: Point) -> dict[str, object]:
         fields = {k: v for k, v in asdict(p).items() if k != "latencies_s"}
         fields |= {"rps": p.rps, "p50_ms": p.pct_ms(0.5), "p99_ms": p.pct_ms(0.99)}
-        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in fields.items()}
+        return report.json_ready(fields)
 
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     points = {
         b: {f"store={str(s).lower()}": [record(p) for p in pts[s]] for s in (False, True)} for b, pts in results.items()
     }
-    return json.dumps({"config": config, "points": points}, indent=1)
+    return json.dumps({"config": vars(args), "points": points}, indent=1, default=str)  # str: the Path options
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -261,9 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = asyncio.run(run_all(args))
     block = render(args, runs, command)
     print(block)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    records = [{k: None if v != v else v for k, v in asdict(run).items()} for run in runs]  # NaN -> null
-    raw = json.dumps({"config": config, "runs": records}, indent=1)
+    records = [report.json_ready(asdict(run)) for run in runs]
+    raw = json.dumps({"config": vars(args), "runs": records}, indent=1, default=str)  # str: the Path options
     report.save_outputs(args.out_dir, "storage_bench", block, raw)
     if args.results:
         report.write_block(RESULTS_PATH, BEGIN_MARK, END_MARK, block, HEADING)
