@@ -21,6 +21,7 @@ from node.sim.engine import SimEngine
 from node.sim.health import HealthService
 from node.sim.servicer import SimEngineServicer
 from node.workers.breaker_client import BreakerClient
+from node.workers.client import WorkerRejected
 from node.workers.types import SamplingParams, WorkerOutput, WorkerRequest
 from node.workers.vllm_grpc import VllmGrpcClient
 from tests.http.conftest import fast_sim, node_config
@@ -123,6 +124,7 @@ async def test_invalid_argument_maps_to_the_same_worker_failed_as_grpc_aio(worke
         with pytest.raises(WorkerFailed) as caught:
             await _collect(c, _request("bad", [1] * (LONG_CONTEXT + 1)))
         messages.append(caught.value.message)
+        assert isinstance(caught.value, WorkerRejected), f"{transport}: the request's fault, not the worker's"
         await c.close()
     assert messages[0] == messages[1]
     assert "INVALID_ARGUMENT" in messages[0]
