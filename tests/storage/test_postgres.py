@@ -8,8 +8,8 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -192,6 +192,24 @@ def conversation_turn(rid: str, conv_id: str) -> ResponseRecord:
     return ResponseRecord(rid, 0, {}, output=(msg(f"{rid}_out"),), conversation_id=conv_id)
 
 
+@asynccontextmanager
+async def admin_and_helper(url: str) -> AsyncIterator[tuple[asyncpg.Connection[Any], asyncpg.Connection[Any]]]:
+    """Two connections beside the store's pool: one watches pg_stat_activity, the other holds locks."""
+    admin, helper = await asyncpg.connect(url), await asyncpg.connect(url)
+    try:
+        yield admin, helper
+    finally:
+        await helper.close()
+        await admin.close()
+
+
+async def assert_turn_stored(s: Stores, tenant: str) -> None:
+    """The contended put of resp_1 landed whole: the response, and its items appended to conv_1."""
+    assert (await s.responses.get(tenant, "resp_1")).conversation_id == "conv_1"
+    items = (await s.conversations.list_items(tenant, "conv_1", order="asc")).items
+    assert [i.id for i in items] == ["a", "b", "resp_1_out"]
+
+
 def retries_logged(caplog: pytest.LogCaptureFixture, sqlstate: str) -> int:
     return sum(1 for r in caplog.records if r.name == "storage.postgres" and f"SQLSTATE {sqlstate}" in r.getMessage())
 
@@ -206,8 +224,7 @@ async def test_serialization_failure_is_retried_to_completion(
     t = fresh_table_prefix
     async with open_stores(pg_config(url, t)) as s:
         await s.conversations.create(tenant, Conversation("conv_1", 0), [msg("a")])
-        admin, helper = await asyncpg.connect(postgres_url), await asyncpg.connect(postgres_url)
-        try:
+        async with admin_and_helper(postgres_url) as (admin, helper):
             await helper.execute("BEGIN")
             await helper.execute(f"UPDATE {t}conversations SET metadata = '{{}}' WHERE tenant = $1", tenant)
             with caplog.at_level(logging.DEBUG, logger="storage.postgres"):
@@ -215,13 +232,8 @@ async def test_serialization_failure_is_retried_to_completion(
                 await wait_for_lock_wait(admin, t)
                 await helper.execute("COMMIT")
                 await asyncio.wait_for(put, timeout=5)
-        finally:
-            await helper.close()
-            await admin.close()
     async with open_stores(pg_config(postgres_url, t)) as s:
-        assert (await s.responses.get(tenant, "resp_1")).conversation_id == "conv_1"
-        items = (await s.conversations.list_items(tenant, "conv_1", order="asc")).items
-        assert [i.id for i in items] == ["a", "b", "resp_1_out"]
+        await assert_turn_stored(s, tenant)
     assert retries_logged(caplog, "40001") == 1
 
 
@@ -236,8 +248,7 @@ async def test_deadlock_is_retried_to_completion(
     t = fresh_table_prefix
     async with open_stores(pg_config(url, t)) as s:
         await s.conversations.create(tenant, Conversation("conv_1", 0), [msg("a")])
-        admin, helper = await asyncpg.connect(postgres_url), await asyncpg.connect(postgres_url)
-        try:
+        async with admin_and_helper(postgres_url) as (admin, helper):
             await helper.execute("BEGIN")
             await helper.execute("SET LOCAL deadlock_timeout = '60s'")
             columns = "tenant, id, created_at, body, output"
@@ -253,12 +264,7 @@ async def test_deadlock_is_retried_to_completion(
                 assert not put.done()  # the store's first attempt is gone; its re-run waits for the helper
                 await helper.execute("ROLLBACK")
                 await asyncio.wait_for(put, timeout=5)
-        finally:
-            await helper.close()
-            await admin.close()
-        assert (await s.responses.get(tenant, "resp_1")).conversation_id == "conv_1"
-        items = (await s.conversations.list_items(tenant, "conv_1", order="asc")).items
-        assert [i.id for i in items] == ["a", "b", "resp_1_out"]
+        await assert_turn_stored(s, tenant)
     assert retries_logged(caplog, "40P01") == 1
 
 
