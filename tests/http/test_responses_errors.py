@@ -249,6 +249,21 @@ async def _expect_503_before_generating(c: Cluster) -> None:
     assert _received(c) == received, "an answer was generated that could not be stored"
 
 
+async def _store_false_works(c: Cluster) -> None:
+    r = await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, store=False)
+    assert r.output_text
+
+
+async def _stores_once_back(c: Cluster, store: DownStore, text: str) -> str:
+    """With the store serving again (for this call only), once OUTAGE_HOLD_S has passed a stored response
+    round-trips without a restart. Returns its id."""
+    async with store.serving():
+        await asyncio.sleep(OUTAGE_HOLD_S)
+        r = await c.client.responses.create(model=c.model, input=text, max_output_tokens=4)
+        assert (await c.client.responses.retrieve(r.id)).id == r.id
+    return r.id
+
+
 @pytest.mark.parametrize("down_store", [_down_redis, _down_postgres], ids=["redis", "postgres"])
 async def test_storage_outage_is_503_while_store_false_works_and_recovers(
     llama3_model_dir: Path, down_store: Callable[[], contextlib.AbstractAsyncContextManager[DownStore]]
@@ -264,23 +279,15 @@ async def test_storage_outage_is_503_while_store_false_works_and_recovers(
             assert body["code"] == "storage_unavailable" and "store=false" in body["message"]
         for call in (c.client.responses.retrieve("resp_x"), c.client.conversations.create()):
             await _expect_503(call)
-        r = await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, store=False)
-        assert r.output_text
-        async with store.serving():
-            await asyncio.sleep(OUTAGE_HOLD_S)
-            r = await c.client.responses.create(model=c.model, input="back", max_output_tokens=4)
-            assert (await c.client.responses.retrieve(r.id)).id == r.id
+        await _store_false_works(c)
+        stored = await _stores_once_back(c, store, "back")
         # A second outage, with live connections in the node's pool cut, that no request has noticed yet: once
         # the store has been silent for PROBE_AFTER_S, the next request that must write probes it first.
         await asyncio.sleep(PROBE_AFTER_S)
         await _expect_503_before_generating(c)
-        await _expect_503(c.client.responses.retrieve(r.id))
-        r = await c.client.responses.create(model=c.model, input="hi", max_output_tokens=4, store=False)
-        assert r.output_text
-        async with store.serving():
-            await asyncio.sleep(OUTAGE_HOLD_S)
-            again = await c.client.responses.create(model=c.model, input="again", max_output_tokens=4)
-            assert (await c.client.responses.retrieve(again.id)).id == again.id
+        await _expect_503(c.client.responses.retrieve(stored))
+        await _store_false_works(c)
+        await _stores_once_back(c, store, "again")
 
 
 async def test_contention_is_503_without_tripping_the_outage_gate(llama3_model_dir: Path) -> None:
