@@ -106,8 +106,9 @@ class MemoryWorker:
         self, start_sequence_number: int
     ) -> AsyncGenerator[tuple[KvEventBatch | None, EngineLoad | None], None]:
         """Raises KvEventsUnsupported: the memory worker keeps no KV cache."""
-        raise KvEventsUnsupported(f"worker {self.url} publishes no KV events")
-        yield  # pragma: no cover - makes this an async generator
+        if start_sequence_number >= 0:  # always: the branch only makes this an async generator for mypy
+            raise KvEventsUnsupported(f"worker {self.url} publishes no KV events")
+        yield None, None
 
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
         self.aborted.extend(request_ids)
