@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from mesh.runtime import Mesh
 from node.cluster_state import SharedState
-from node.pipeline.generate import Usage
+from node.pipeline.events import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.cache_aware import CacheAware
 from node.workers.breaker import CIRCUIT_STATES

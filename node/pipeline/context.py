@@ -1,0 +1,25 @@
+"""The request context: made once at the HTTP edge (node/http/middleware.py) and handed down every stage.
+
+It carries what is about the request rather than its body: who asks, under which id, by when. Stages read
+it; none re-derives it from headers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestContext:
+    # The client's X-Request-Id (when it sent a valid one) or one we minted; echoed in the response header
+    # and in logs. Not the worker request id: clients may repeat theirs, workers need unique ones.
+    request_id: str
+    # The tenant (identity placeholder until authentication lands): node/http/tenancy.py decides it.
+    tenant: str = "default"
+    # Affinity key for routing policies (the routing-key header), if the client sent one.
+    routing_key: str | None = None
+    # Absolute event-loop time (loop.time()) by which the request must be answered; None: no deadline.
+    # Dispatch honours it; the per-request deadline config plugs in at the edge that sets it.
+    deadline_s: float | None = None
+    # Slot for a tracing span (no tracer yet): stages may annotate it, nothing requires it.
+    span: object | None = field(default=None)
