@@ -10,7 +10,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.web_urldispatcher import AbstractRoute
 
-from node.http.adapter import AdapterEnv
+from node.http.adapter import AdapterEnv, AdapterFactory
 from node.http.adapters import ADAPTERS
 from node.http.envelopes import ErrorEnvelope
 from node.http.errors import error_body
@@ -39,6 +39,7 @@ def build_app(
     routing_key_header: str = "x-smg-routing-key",
     stores: Stores,
     tenancy: ApiConfig,
+    adapters: Sequence[AdapterFactory] = ADAPTERS,
 ) -> web.Application:
     # Filled as adapters register their routes below; the error middleware reads it per request.
     envelopes: dict[AbstractRoute, ErrorEnvelope] = {}
@@ -50,7 +51,7 @@ def build_app(
     app.on_response_prepare.append(echo_request_id)
     pipeline = Pipeline(models=models, pool=pool, cpu=cpu, on_usage=metrics.observe_usage)
     env = AdapterEnv(pipeline=pipeline, max_body_bytes=max_body_bytes, history=History(stores), tenancy=tenancy)
-    for make_adapter in ADAPTERS:
+    for make_adapter in adapters:
         adapter = make_adapter(env)
         for route in adapter.routes():
             envelopes[app.router.add_route(route.method, route.path, route.handler)] = adapter.envelope
