@@ -24,6 +24,7 @@ from node.logs import setup_logging
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
+from node.workers.retry import RetryConfig
 from storage.config import StorageConfig
 
 log = logging.getLogger("smg-node")
@@ -59,6 +60,7 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
         storage=_build(StorageConfig, args, values),
         api=_build(ApiConfig, args, values),
         deadlines=_build(DeadlineConfig, args, values),
+        retry=_build(RetryConfig, args, values),
     )
 
 

@@ -15,6 +15,7 @@ from node.http.tenancy import ApiConfig
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
+from node.workers.retry import RetryConfig
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
@@ -166,6 +167,7 @@ class NodeConfig:
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
 
 
 NODE_COMPONENTS: tuple[type, ...] = (
@@ -178,5 +180,6 @@ NODE_COMPONENTS: tuple[type, ...] = (
     StorageConfig,
     ApiConfig,
     DeadlineConfig,
+    RetryConfig,
     LogConfig,
 )

@@ -66,6 +66,14 @@ class WorkerProtocolError(WorkerFailed):
     code = "worker_protocol_error"
 
 
+class WorkerIncomplete(WorkerFailed):
+    """The worker ended its Generate stream before every choice had finished."""
+
+
+class WorkerAborted(WorkerFailed):
+    """The worker ended a choice with finish reason "abort" that the gateway had not asked for."""
+
+
 class WorkerTimeout(WorkerFailed):
     """A worker stream tripped a deadline (``kind``: "request", "first_token" or "idle").
 
