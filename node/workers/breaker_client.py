@@ -10,6 +10,9 @@ retry) is counted, whichever transport carries it. A Generate stream ends in one
   failure, or no verdict for ``WorkerRejected`` (the request's fault) and the client's own timeout;
 - the caller left before the worker answered anything (client gone, cancelled): no verdict.
 
+A request's deadlines (``WorkerRequest.deadlines``) are applied inside the observation, so a worker that
+stays silent fails with a ``WorkerTimeout`` its breaker counts (the client's own timeout excepted).
+
 A fault the consumer finds in what the stream said (it ended before every choice finished, an unasked
 abort, a broken contract) reaches the breaker through ``blame``, before the consumer closes the stream.
 
@@ -27,6 +30,7 @@ from node.errors import WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.breaker import CircuitBreaker
 from node.workers.client import WorkerClient, worker_batches
+from node.workers.deadlines import bounded
 from node.workers.kv_convert import EngineLoad
 from node.workers.outcome import Outcome, outcome_of
 from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
@@ -60,7 +64,10 @@ class BreakerClient:
 
     def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
         """Generate's messages as lists of those that arrived together (one each where the client cannot tell)."""
-        return self._observed(worker_batches(self._inner, request), request.params.n)
+        batches = worker_batches(self._inner, request)
+        if request.deadlines is not None:  # inside the observation: a tripped deadline is the worker's timeout
+            batches = bounded(batches, request.deadlines, url=self.url, streamed=request.stream)
+        return self._observed(batches, request.params.n)
 
     async def _observed(
         self, stream: AsyncGenerator[Sequence[WorkerOutput], None], n: int

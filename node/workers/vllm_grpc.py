@@ -203,6 +203,8 @@ class VllmGrpcClient:
         try:
             # read() rather than `async for`: one async-generator layer less per message on the hot path.
             while (resp := await call.read()) is not _EOF:
+                if resp is None:  # grpc.aio logs the DecodeError and hands back None for an unparsable message
+                    raise WorkerFailed(f"worker {self._url}: Generate failed: INTERNAL: an unparsable message")
                 yield [_output(resp)]
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(self._url, "Generate", exc) from exc
