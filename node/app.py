@@ -161,6 +161,8 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            retry=config.retry,
+            deadlines=config.deadlines,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)

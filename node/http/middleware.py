@@ -45,7 +45,9 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
     async def make_context(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get(REQUEST_ID_HEADER)
         rid = given if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        ctx = RequestContext(request_id=rid, routing_key=request.headers.get(routing_key_header))
+        ctx = RequestContext(
+            request_id=rid, routing_key=request.headers.get(routing_key_header), headers=request.headers
+        )
         request[CONTEXT_KEY] = ctx  # first: the response carries the id even when the tenant is refused
         ctx.tenant = tenant_of(request, tenancy)
         return await handler(request)

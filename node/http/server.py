@@ -21,7 +21,9 @@ from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel
+from node.workers.deadlines import DeadlineConfig
 from node.workers.pool import WorkerPool
+from node.workers.retry import RetryConfig
 from storage.base import Stores
 
 
@@ -40,6 +42,8 @@ def build_app(
     stores: Stores,
     tenancy: ApiConfig,
     adapters: Sequence[AdapterFactory] = ADAPTERS,
+    retry: RetryConfig | None = None,
+    deadlines: DeadlineConfig | None = None,
 ) -> web.Application:
     # Filled as adapters register their routes below; the error middleware reads it per request.
     envelopes: dict[AbstractRoute, ErrorEnvelope] = {}
@@ -49,7 +53,9 @@ def build_app(
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in the API's envelope past it.
     app = web.Application(middlewares=chain, client_max_size=max_body_bytes + 1)
     app.on_response_prepare.append(echo_request_id)
-    pipeline = Pipeline(models=models, pool=pool, cpu=cpu, on_usage=metrics.observe_usage)
+    pipeline = Pipeline(
+        models=models, pool=pool, cpu=cpu, on_usage=metrics.observe_usage, retry=retry, deadlines=deadlines
+    )
     env = AdapterEnv(pipeline=pipeline, max_body_bytes=max_body_bytes, history=History(stores), tenancy=tenancy)
     for make_adapter in adapters:
         adapter = make_adapter(env)

@@ -6,6 +6,7 @@ it; none re-derives it from headers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -18,8 +19,8 @@ class RequestContext:
     tenant: str = "default"
     # Affinity key for routing policies (the routing-key header), if the client sent one.
     routing_key: str | None = None
-    # Absolute event-loop time (loop.time()) by which the request must be answered; None: no deadline.
-    # Dispatch honours it; the per-request deadline config plugs in at the edge that sets it.
-    deadline_s: float | None = None
+    # The request's headers (case-insensitive lookups), for the hints stages honour without parsing the
+    # body: the client SDKs' timeout headers tighten Dispatch's deadlines (node/workers/deadlines.py).
+    headers: Mapping[str, str] = field(default_factory=dict)
     # Slot for a tracing span (no tracer yet): stages may annotate it, nothing requires it.
     span: object | None = field(default=None)

@@ -1,15 +1,13 @@
 """The Dispatch stage: run one generate spec on the workers and feed what they send to its Output stage.
 
 Here and nowhere else: worker selection (the pool's policy), the prefill/decode split, retries on another
-worker, in-flight accounting, and aborting the worker request when it is no longer wanted (every choice
-ended before the worker said so, or the consumer left: closing the generator cancels the RPC and sends
-Abort). The Output stage decides what the tokens mean; Dispatch only moves them.
-
-Seams for the worker contract (node/pipeline/worker_contract.py, node/workers/deadlines.py and retry.py
-of the `contract` work): ``DispatchConfig`` is where deadlines and retry backoff get their bounds;
-``_attempt`` is the one place a worker's stream is read (time-to-first-token and inter-token deadlines
-wrap its ``anext``); the retry loop in ``events`` is where backoff goes; ``OutputProcessor.feed`` is where
-per-message contract checks raise WorkerFailed.
+worker (``RetryPolicy``: only before anything came back, only for faults another worker may not have, after
+a full-jitter pause, excluding the workers tried), each stream's deadlines (request, first token, idle;
+tightened by the client SDK's timeout headers, applied where the worker's breaker sees them), the worker
+contract (``WorkerContract``: never more than max_tokens per choice, ids inside the vocabulary, sane counts),
+in-flight accounting, and aborting the worker request when it is no longer wanted (every choice ended before
+the worker said so, the contract cut it, or the consumer left: closing the generator cancels the RPC and
+sends Abort). The Output stage decides what the tokens mean; Dispatch only moves and polices them.
 """
 
 from __future__ import annotations
@@ -17,22 +15,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from node.errors import WorkerFailed
+from node.errors import WorkerFailed, WorkerIncomplete, WorkerProtocolError
 from node.pipeline.events import Event
 from node.pipeline.output import OutputProcessor
 from node.pipeline.spec import GenerateSpec
+from node.pipeline.worker_contract import ContractLimits, WorkerContract
 from node.routing.policy import RouteRequest
+from node.workers.breaker_client import blame
 from node.workers.client import worker_batches
+from node.workers.deadlines import DeadlineConfig, Deadlines, deadlines_for
 from node.workers.pool import Worker, WorkerPool
+from node.workers.retry import RetryPolicy
 from node.workers.types import WorkerOutput, WorkerRequest
 
 log = logging.getLogger(__name__)
 
-# A worker that cannot be reached before it produced anything is retried on another one, this many times.
-MAX_CONNECT_ATTEMPTS = 2
 #: After a worker's last message, wait this long for the end of its stream before cancelling the call.
 END_OF_STREAM_GRACE_S = 1.0
 #: What a prefill request asks of the engine's KV connector (vLLM's NIXL convention): keep the KV for a
@@ -42,8 +42,10 @@ PREFILL_KV_TRANSFER = '{"do_remote_decode": true, "do_remote_prefill": false}'
 
 @dataclass(frozen=True, slots=True)
 class DispatchConfig:
-    # Workers tried for one spec when they fail before producing anything.
-    max_attempts: int = MAX_CONNECT_ATTEMPTS
+    """How Dispatch treats workers: built once from the node's config (the retry policy holds its rng)."""
+
+    retry: RetryPolicy
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     # Grace for the end of a finished worker's stream (its trailers) before the call is cancelled.
     end_of_stream_grace_s: float = END_OF_STREAM_GRACE_S
 
@@ -60,24 +62,42 @@ async def _read_to_end(stream: AsyncGenerator[Sequence[WorkerOutput], None], gra
 
 
 class Dispatch:
-    """One spec on the workers. Iterate ``events()`` once."""
+    """One spec on the workers. Iterate ``events()`` once.
+
+    ``client_timeouts``: the request's headers, of which the client SDKs' timeout hints tighten the
+    deadlines (node.workers.deadlines); looked up case-insensitively.
+    """
 
     def __init__(
-        self, spec: GenerateSpec, output: OutputProcessor, *, pool: WorkerPool, config: DispatchConfig
+        self,
+        spec: GenerateSpec,
+        output: OutputProcessor,
+        *,
+        pool: WorkerPool,
+        config: DispatchConfig,
+        client_timeouts: Mapping[str, str] | None = None,
     ) -> None:
         self._spec = spec
         self._output = output
         self._pool = pool
         self._config = config
+        self._deadlines: Deadlines = deadlines_for(
+            config.deadlines, client_timeouts or {}, client_stream=spec.client_stream
+        )
         self.worker_url: str | None = None
         self.prefill_url: str | None = None  # the prefill worker, in PD disaggregation
 
     async def events(self) -> AsyncGenerator[list[Event], None]:
-        """Yield the Output stage's events per batch of worker messages. Raises NoHealthyWorker, WorkerFailed."""
-        spec, pool = self._spec, self._pool
-        route = RouteRequest(prompt_ids=spec.prompt_ids, routing_key=spec.routing_key, model=spec.model)
-        attempts = self._config.max_attempts
-        for attempt in range(1, attempts + 1):
+        """Yield the Output stage's events per batch of worker messages. Raises NoHealthyWorker, WorkerFailed
+        (WorkerTimeout, WorkerProtocolError, ...) once retrying is over or not allowed."""
+        spec, pool, retry = self._spec, self._pool, self._config.retry
+        tried: set[str] = set()
+        attempt = 0
+        while True:
+            attempt += 1
+            route = RouteRequest(
+                prompt_ids=spec.prompt_ids, routing_key=spec.routing_key, model=spec.model, exclude=frozenset(tried)
+            )
             kv_transfer: str | None = None
             if pool.disaggregated(spec.model):
                 prefill = pool.select(route, role="prefill")
@@ -85,9 +105,10 @@ class Dispatch:
                 try:
                     kv_transfer = await self._prefill_on(prefill)
                 except WorkerFailed as exc:
-                    if attempt == attempts:
+                    pause = retry.next_pause(exc, attempt=attempt, received=False)
+                    if pause is None:
                         raise
-                    pool.report_failure(prefill, exc)
+                    await self._before_retry(prefill, exc, pause, tried)
                     continue
                 worker = pool.select(route, role="decode")
             else:
@@ -102,10 +123,17 @@ class Dispatch:
                         yield batch
                 return
             except WorkerFailed as exc:
-                if received or attempt == attempts:
+                pause = retry.next_pause(exc, attempt=attempt, received=received)
+                if pause is None:
                     raise
-                pool.report_failure(worker, exc)
-                log.info("request %s: retrying on another worker: %s", spec.request_id, exc.message)
+                await self._before_retry(worker, exc, pause, tried)
+
+    async def _before_retry(self, worker: Worker, exc: WorkerFailed, pause_s: float, tried: set[str]) -> None:
+        """Take ``worker`` out of rotation (until a health check passes), remember it, wait ``pause_s``."""
+        self._pool.report_failure(worker, exc)
+        tried.add(worker.url)
+        log.info("request %s: retrying on another worker in %.3f s: %s", self._spec.request_id, pause_s, exc.message)
+        await asyncio.sleep(pause_s)
 
     async def _prefill_on(self, worker: Worker) -> str:
         """PD disaggregation, step one: run the prompt's prefill on ``worker`` (one token, not streamed) and
@@ -119,6 +147,7 @@ class Dispatch:
             ),
             stream=False,
             kv_transfer_params_json=PREFILL_KV_TRANSFER,
+            deadlines=self._deadlines,
         )
         usage = self._output.usage
         handed: str | None = None
@@ -144,16 +173,26 @@ class Dispatch:
         return handed
 
     async def _attempt(self, worker: Worker, kv_transfer: str | None) -> AsyncGenerator[list[Event], None]:
-        """One try on ``worker``: its stream through the Output stage, in-flight counted, aborted unless the
-        worker finished by itself."""
-        output = self._output
+        """One try on ``worker``: its stream through the worker contract and the Output stage, in-flight
+        counted, aborted unless the worker finished by itself."""
+        spec, output = self._spec, self._output
+        params = spec.params
         request = WorkerRequest(
-            request_id=self._spec.request_id,
-            prompt_ids=self._spec.prompt_ids,
-            params=self._spec.params,
+            request_id=spec.request_id,
+            prompt_ids=spec.prompt_ids,
+            params=params,
             stream=output.worker_streams,
             kv_transfer_params_json=kv_transfer,
+            deadlines=self._deadlines,
         )
+        limits = ContractLimits(
+            max_tokens=params.max_tokens,
+            n=params.n,
+            prompt_tokens=len(spec.prompt_ids),
+            vocab_size=spec.vocab_size,
+            stream=output.worker_streams,
+        )
+        contract = WorkerContract(limits, url=worker.url)
         worker.in_flight += 1
         worker_done = False
         got_any = False
@@ -161,10 +200,19 @@ class Dispatch:
         try:
             async for outs in stream:
                 got_any = True
+                checked, cut = _police(contract, outs)
                 # Messages that arrived together become one list of events: one write to the client.
-                events = output.feed(outs)
+                events = output.feed(checked)
                 if events:
                     yield events
+                if cut:
+                    # The worker overran max_tokens: what it was allowed went out, its choice finished
+                    # "length"; it gets no more of this request and its breaker counts the fault.
+                    overran = WorkerProtocolError(f"worker {worker.url} sent more than max_tokens={params.max_tokens}")
+                    if not output.complete:
+                        raise overran
+                    await blame(stream, overran)
+                    break
                 if output.complete:
                     # Every choice ended (stop string, EOS, length); the worker is done only if it said so.
                     worker_done = output.worker_done
@@ -174,12 +222,30 @@ class Dispatch:
             else:
                 worker_done = True
                 if not output.complete:
-                    raise WorkerFailed(f"worker {worker.url} ended the stream before finishing every choice")
-        except WorkerFailed:
+                    raise WorkerIncomplete(f"worker {worker.url} ended the stream before finishing every choice")
+        except WorkerFailed as exc:
             worker_done = not got_any  # nothing started there: nothing to abort
+            await blame(stream, exc)  # a fault we found in the stream counts against the worker's circuit
             raise
         finally:
             await stream.aclose()
             worker.in_flight -= 1
             if not worker_done:
-                self._pool.abort_soon(worker, self._spec.request_id)
+                self._pool.abort_soon(worker, spec.request_id)
+
+
+def _police(contract: WorkerContract, outs: Sequence[WorkerOutput]) -> tuple[Sequence[WorkerOutput], bool]:
+    """The messages the contract lets through (possibly cut), and whether it cut the stream. Raises
+    WorkerProtocolError. One message per batch is the common case: no list is built for it."""
+    if len(outs) == 1:
+        verdict = contract.check(outs[0])
+        return verdict.outputs, verdict.abort_stream
+    checked: list[WorkerOutput] = []
+    cut = False
+    for out in outs:
+        verdict = contract.check(out)
+        checked.extend(verdict.outputs)
+        if verdict.abort_stream:
+            cut = True
+            break  # nothing after the cut is relayed
+    return checked, cut

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from node.errors import WorkerFailed
+from node.errors import WorkerAborted, WorkerProtocolError
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.events import ContentDelta, Event, Finish, TokenLogprob, Usage
 from node.pipeline.spec import GenerateSpec
@@ -121,13 +121,13 @@ class OutputProcessor:
         return self._worker_finished == len(self._choices)
 
     def feed(self, outs: Sequence[WorkerOutput]) -> list[Event]:
-        """Events for messages that arrived together (one write to the client). Raises WorkerFailed when the
-        worker breaks the contract (a choice index past n) or aborted the request itself."""
+        """Events for messages that arrived together (one write to the client). Raises WorkerProtocolError
+        for a choice index past n, WorkerAborted when the worker aborted the request by itself."""
         events: list[Event] = []
         usage = self.usage
         for out in outs:
             if out.index >= len(self._choices):
-                raise WorkerFailed(f"the worker sent choice index {out.index} of n={len(self._choices)}")
+                raise WorkerProtocolError(f"the worker sent choice index {out.index} of n={len(self._choices)}")
             usage.cached_tokens = max(usage.cached_tokens, out.cached_tokens)
             self._consume(out, events)
         return events
@@ -160,7 +160,7 @@ class OutputProcessor:
         if out.finish_reason is not None and not _ended(choice):
             reason = out.finish_reason
             if reason == "abort":
-                raise WorkerFailed("the worker aborted the request")
+                raise WorkerAborted("the worker aborted the request")
             self._finish(choice, index, "length" if reason == "length" else "stop", events)
 
     def _step(

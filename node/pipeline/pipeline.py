@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 
 from node.pipeline.context import RequestContext
@@ -23,7 +24,9 @@ from node.pipeline.request import GenerateRequest, Sampling
 from node.pipeline.run import Run
 from node.pipeline.served_model import ServedModel
 from node.pipeline.spec import Prepared
+from node.workers.deadlines import DeadlineConfig
 from node.workers.pool import WorkerPool
+from node.workers.retry import RetryConfig, RetryPolicy
 
 
 def _ignore_usage(usage: Usage) -> None:
@@ -40,14 +43,21 @@ class Pipeline:
         pool: WorkerPool,
         cpu: CpuPool,
         on_usage: Callable[[Usage], None] = _ignore_usage,
-        dispatch: DispatchConfig | None = None,
+        retry: RetryConfig | None = None,
+        deadlines: DeadlineConfig | None = None,
+        rng: random.Random | None = None,
         stages: Stages | None = None,
     ) -> None:
+        """``rng`` draws the retry backoff (a seeded one makes it reproducible); ``stages`` makes each
+        choice's text stages (reasoning, tool calls; none by default)."""
         self.models = tuple(models)
         self._prepare = Prepare(models, cpu)
         self._pool = pool
         self._on_usage = on_usage
-        self._dispatch = dispatch or DispatchConfig()
+        self._dispatch = DispatchConfig(
+            retry=RetryPolicy(retry or RetryConfig(), rng or random.Random()),
+            deadlines=deadlines or DeadlineConfig(),
+        )
         self._stages = stages
 
     def model(self, requested: str) -> ServedModel:
@@ -68,4 +78,11 @@ class Pipeline:
 
     def run(self, prepared: Prepared, ctx: RequestContext) -> Run:
         """Dispatch and Output for ``prepared``; iterate the result's ``events()``."""
-        return Run(prepared, pool=self._pool, dispatch=self._dispatch, stages=self._stages, on_usage=self._on_usage)
+        return Run(
+            prepared,
+            pool=self._pool,
+            dispatch=self._dispatch,
+            stages=self._stages,
+            on_usage=self._on_usage,
+            client_timeouts=ctx.headers,
+        )

@@ -195,6 +195,7 @@ class Prepare:
                     routing_key=ctx.routing_key,
                     want_token_ids=request.want_token_ids,
                     client_stream=request.stream,
+                    vocab_size=model.tokenizer.vocab_size,
                 )
             )
         return Prepared(model=model, request_id=request_id, prompts=tuple(prompts), specs=tuple(specs))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 
 from node.pipeline.dispatch import Dispatch, DispatchConfig
 from node.pipeline.events import Event, Usage
@@ -33,6 +33,7 @@ class Run:
         dispatch: DispatchConfig,
         stages: Stages | None = None,
         on_usage: Callable[[Usage], None] = _ignore_usage,
+        client_timeouts: Mapping[str, str] | None = None,
     ) -> None:
         tokenizer = prepared.model.tokenizer
         n = prepared.params.n
@@ -40,7 +41,7 @@ class Run:
             OutputProcessor(spec, tokenizer, index_offset=k * n, stages=stages) for k, spec in enumerate(prepared.specs)
         ]
         self.dispatches = [
-            Dispatch(spec, output, pool=pool, config=dispatch)
+            Dispatch(spec, output, pool=pool, config=dispatch, client_timeouts=client_timeouts)
             for spec, output in zip(prepared.specs, self._outputs, strict=True)
         ]
         self._on_usage = on_usage

@@ -24,6 +24,8 @@ class GenerateSpec:
     model: str | None = None
     # Keep per-token ids on deltas (the Completions API's echo/logprobs need them).
     want_token_ids: bool = False
+    # The tokenizer's vocabulary: a worker id outside [0, vocab_size) is a worker fault (0: unchecked).
+    vocab_size: int = 0
     # Whether the client streams. A non-streaming answer without stop strings needs no early look at the
     # tokens, so the worker is asked for one final message instead of a stream (cheaper on both sides).
     client_stream: bool = True

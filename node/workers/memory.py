@@ -5,7 +5,8 @@ It streams as vLLM's servicer does: ``chunk_tokens`` ids per message, choices in
 with a final message that repeats its last chunk's ids (``repeat_final_chunk``); a non-streaming request gets
 one final message per choice. A choice's answer is ``reply(request)[index]`` cut at ``max_tokens``: cut, it
 finishes ``length``, else ``stop``. Faults are scripted: ``failure`` before any output, ``fail_after`` messages
-into the stream, ``hang`` before the first message (until the caller cancels).
+into the stream, ``hang`` before the first message (until the caller cancels), ``overrun``: the whole reply
+whatever ``max_tokens`` says (an engine breaking the Generate contract).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class MemoryWorker:
     failure: WorkerFailed | None = None
     fail_after: int | None = None
     hang: bool = False
+    overrun: bool = False
     cached_tokens: int = 0
     healthy: bool = True
     requests: list[WorkerRequest] = field(default_factory=list)
@@ -78,7 +80,8 @@ class MemoryWorker:
     def _outputs(self, request: WorkerRequest) -> list[WorkerOutput]:
         params = request.params
         full = list(self.reply(request))[: params.n]
-        answers = [list(ids[: params.max_tokens]) for ids in full]
+        bound = None if self.overrun else params.max_tokens
+        answers = [list(ids[:bound]) for ids in full]
         finish = ["length" if len(ids) >= params.max_tokens else "stop" for ids in full]
         prompt = len(request.prompt_ids)
 

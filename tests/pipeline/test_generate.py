@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from node.pipeline.tokenizer import Tokenizer
 from node.routing.round_robin import RoundRobin
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
+from node.workers.client import WorkerUnavailable
 from node.workers.pool import WorkerPool
+from node.workers.retry import RetryConfig, RetryPolicy
 from node.workers.types import ModelInfo, SamplingParams, WorkerOutput, WorkerRequest
 
 EOS = 128009
@@ -46,7 +49,7 @@ class ScriptedWorker:
     async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
         self.requests.append(request)
         if self.fail_before_output:
-            raise WorkerFailed(f"worker {self.url}: connection refused")
+            raise WorkerUnavailable(f"worker {self.url}: connection refused")
         for k, out in enumerate(self.script):
             if self.fail_after is not None and k == self.fail_after:
                 raise WorkerFailed("stream broke")
@@ -104,7 +107,8 @@ class Generation:
 
     def __init__(self, spec: GenerateSpec, *, pool: WorkerPool, tokenizer: Tokenizer) -> None:
         self.output = OutputProcessor(spec, tokenizer)
-        self.dispatch = Dispatch(spec, self.output, pool=pool, config=DispatchConfig())
+        retry = RetryPolicy(RetryConfig(), random.Random(0))
+        self.dispatch = Dispatch(spec, self.output, pool=pool, config=DispatchConfig(retry=retry))
 
     def deltas(self) -> AsyncGenerator[list[Event], None]:
         return self.dispatch.events()
