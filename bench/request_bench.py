@@ -27,6 +27,7 @@ from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import load_served_model
 from node.tasks import Supervisor
+from node.workers.deadlines import DeadlineConfig
 from node.workers.memory import MemoryWorker, memory_pool
 from node.workers.types import WorkerRequest
 from storage.memory import memory_stores
@@ -37,7 +38,7 @@ ANSWER_TOKENS = 200
 ROUNDS = 5
 
 
-async def run(requests: int) -> dict[str, float]:
+async def run(requests: int, *, deadlines_off: bool) -> dict[str, float]:
     model_dir = launch.prepare_model(BENCH_DIR / "out" / "models")
     model = load_served_model(str(model_dir), served_name="llama3")
     answer = model.tokenizer.encode(TEXT, add_special_tokens=False)[:ANSWER_TOKENS]
@@ -56,6 +57,7 @@ async def run(requests: int) -> dict[str, float]:
             max_body_bytes=1 << 20,
             stores=memory_stores(max_items=1000, retention_s=60.0),
             tenancy=ApiConfig(),
+            **({"deadlines": DeadlineConfig(0.0, 0.0, 0.0)} if deadlines_off else {}),
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -97,8 +99,11 @@ async def run(requests: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument(
+        "--deadlines-off", action="store_true", help="no per-stream deadlines (their per-message timer costs CPU)"
+    )
     args = parser.parse_args()
-    results = asyncio.run(run(args.requests))
+    results = asyncio.run(run(args.requests, deadlines_off=args.deadlines_off))
     for kind, us in results.items():
         print(f"{kind}: {us:.0f} µs CPU per chat request ({ANSWER_TOKENS}-token answer, client included)")
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from node.errors import WorkerFailed, WorkerIncomplete, WorkerProtocolError
@@ -81,15 +81,17 @@ class Dispatch:
         self._output = output
         self._pool = pool
         self._config = config
-        self._deadlines: Deadlines = deadlines_for(
-            config.deadlines, client_timeouts or {}, client_stream=spec.client_stream
-        )
+        deadlines = deadlines_for(config.deadlines, client_timeouts or {}, client_stream=spec.client_stream)
+        # None when nothing bounds the stream: the breaker client then adds no deadline layer at all.
+        bounded = deadlines.request or deadlines.first_token or deadlines.idle
+        self._deadlines: Deadlines | None = deadlines if bounded else None
         self.worker_url: str | None = None
         self.prefill_url: str | None = None  # the prefill worker, in PD disaggregation
 
-    async def events(self) -> AsyncGenerator[list[Event], None]:
-        """Yield the Output stage's events per batch of worker messages. Raises NoHealthyWorker, WorkerFailed
-        (WorkerTimeout, WorkerProtocolError, ...) once retrying is over or not allowed."""
+    async def events(self, *, final: Callable[[], list[Event]] | None = None) -> AsyncGenerator[list[Event], None]:
+        """Yield the Output stage's events per batch of worker messages, then ``final()`` (if given) once the
+        spec ended normally. Raises NoHealthyWorker, WorkerFailed (WorkerTimeout, WorkerProtocolError, ...)
+        once retrying is over or not allowed."""
         spec, pool, retry = self._spec, self._pool, self._config.retry
         tried: set[str] = set()
         attempt = 0
@@ -121,6 +123,8 @@ class Dispatch:
                     async for batch in batches:
                         received = True
                         yield batch
+                if final is not None:
+                    yield final()
                 return
             except WorkerFailed as exc:
                 pause = retry.next_pause(exc, attempt=attempt, received=received)
@@ -236,16 +240,20 @@ class Dispatch:
 
 def _police(contract: WorkerContract, outs: Sequence[WorkerOutput]) -> tuple[Sequence[WorkerOutput], bool]:
     """The messages the contract lets through (possibly cut), and whether it cut the stream. Raises
-    WorkerProtocolError. One message per batch is the common case: no list is built for it."""
+    WorkerProtocolError. Messages that break no rule pass as they are: no verdict or list is built for them."""
     if len(outs) == 1:
-        verdict = contract.check(outs[0])
+        out = outs[0]
+        if contract.passes(out):
+            return outs, False
+        verdict = contract.check(out)
         return verdict.outputs, verdict.abort_stream
     checked: list[WorkerOutput] = []
-    cut = False
     for out in outs:
+        if contract.passes(out):
+            checked.append(out)
+            continue
         verdict = contract.check(out)
         checked.extend(verdict.outputs)
         if verdict.abort_stream:
-            cut = True
-            break  # nothing after the cut is relayed
-    return checked, cut
+            return checked, True  # nothing after the cut is relayed
+    return checked, False

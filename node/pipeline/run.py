@@ -58,18 +58,17 @@ class Run:
             total.cached_tokens += output.usage.cached_tokens
         return total
 
-    async def events(self) -> AsyncGenerator[list[Event], None]:
+    def events(self) -> AsyncGenerator[list[Event], None]:
+        # One prompt (the usual case): Dispatch's own generator, with no layer of ours per batch.
         if len(self.dispatches) == 1:
-            async with contextlib.aclosing(self.dispatches[0].events()) as it:
-                async for batch in it:
-                    yield batch
-        else:
-            async with contextlib.aclosing(self._merged()) as it:
-                async for batch in it:
-                    yield batch
+            return self.dispatches[0].events(final=self._final)
+        return self._merged()
+
+    def _final(self) -> list[Event]:
+        """The last batch of a run that ended normally: its usage (told to the metrics hook first)."""
         usage = self.usage
         self._on_usage(usage)
-        yield [usage]
+        return [usage]
 
     async def _merged(self) -> AsyncGenerator[list[Event], None]:
         """The dispatches' events as they come, each dispatch pumped by its own task (owned here: cancelled
@@ -100,3 +99,4 @@ class Run:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        yield self._final()

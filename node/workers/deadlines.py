@@ -182,23 +182,55 @@ async def bounded(
 
     Raises WorkerTimeout when a deadline trips (the stream is closed first, cancelling its RPC); whatever
     ``stream`` raises passes through.
+
+    One timer per stream, not one per message: it is armed for the earliest deadline and, when it fires early
+    (messages arrived meanwhile and moved the deadline on), re-armed for the new one. A streaming answer pays
+    a clock read per message instead of a timer set and cancelled per message (a heap push each). It cancels
+    the consuming task only while that task waits here for the worker.
     """
     loop = asyncio.get_running_loop()
     state = StreamDeadline(deadlines, started_at=loop.time(), streamed=streamed)
+    waiter: asyncio.Task[object] | None = None  # the task waiting for the stream right now, if any
+    tripped: tuple[DeadlineKind, Limit] | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    def arm() -> None:
+        nonlocal timer
+        due = state.next_due()
+        timer = loop.call_at(due[0], on_timer) if due is not None else None
+
+    def on_timer() -> None:
+        nonlocal timer, tripped
+        timer = None
+        if waiter is None:
+            return  # not waiting on the worker: armed again when the consumer next waits
+        hit = state.expired(loop.time())
+        if hit is None:
+            arm()
+            return
+        tripped = hit
+        waiter.cancel()
+
     try:
         while True:
-            due = state.next_due()
-            timeout = asyncio.timeout_at(due[0] if due is not None else None)
+            if timer is None:
+                arm()
+            waiter = asyncio.current_task()
+            cancelling = waiter.cancelling() if waiter is not None else 0
             try:
-                async with timeout:
-                    item = await anext(stream)
+                item = await anext(stream)
             except StopAsyncIteration:
                 return
-            except TimeoutError:
-                if due is None or not timeout.expired():
-                    raise  # the stream's own TimeoutError, not our deadline
-                raise state.error(due[1], due[2], url) from None
+            except asyncio.CancelledError:
+                # Ours only if nobody else cancelled the task meanwhile (asyncio.timeout's rule).
+                if tripped is not None and waiter is not None and waiter.uncancel() <= cancelling:
+                    raise state.error(*tripped, url) from None
+                raise
+            finally:
+                waiter = None
             state.on_message(loop.time())
             yield item
     finally:
+        if timer is not None:
+            timer.cancel()
         await stream.aclose()
