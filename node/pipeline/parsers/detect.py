@@ -26,7 +26,9 @@ def detect_parsers(chat_template: str, special_tokens: Iterable[str]) -> ParserC
     def has(marker: str) -> bool:
         return marker in tokens or marker in chat_template
 
-    thinks = has("<think>")
+    # Reasoning is judged by the template alone: tokenizers also carry <think> for models that never
+    # think (DeepSeek-V3 shares R1's vocabulary).
+    thinks = "<think>" in chat_template
     if has("<|channel|>") and has("<|message|>"):
         return ParserChoice("openai", "gpt_oss")
     if has("<|tool_calls_section_begin|>"):
