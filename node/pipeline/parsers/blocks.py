@@ -128,7 +128,7 @@ class BlockToolParser:
                 self._emit(out, self._open_raw + self._buf)
                 self._buf = self._open_raw = ""
             elif len(self._open_raw) + len(self._buf) > self._max:
-                self._overflow(out, self._open_raw + self._buf)
+                self._overflow(out, self._open_raw)
             return False
         at, marker = found
         gap = self._buf[:at]
@@ -162,7 +162,7 @@ class BlockToolParser:
                 self._buf = self._open_raw = self._call_raw = ""
                 self._state = _CONTENT
             elif len(self._open_raw) + len(self._call_raw) + len(self._buf) > self._max:
-                self._overflow(out, self._open_raw + self._call_raw + self._buf)
+                self._overflow(out, self._open_raw + self._call_raw)
             return False
         at, marker = found
         block = self._buf[:at]
@@ -194,7 +194,9 @@ class BlockToolParser:
         return accepted
 
     def _overflow(self, out: list[Event], raw: str) -> None:
-        # Past max_call_chars this is not a call we will hold: the rest of the output is content.
+        """``raw`` (markup and text taken from the buffer so far) and the buffer become content.
+
+        Past max_call_chars this is not a call we will hold: the rest of the output is content."""
         self._emit(out, raw + self._buf)
         self._buf = self._open_raw = self._call_raw = ""
         self._state = _PASSTHROUGH

@@ -7,7 +7,8 @@ The prompt ends with ``<|start|>assistant``, so output looks like::
     <|start|>assistant<|channel|>final<|message|>CONTENT<|return|>
 
 Mapping: ``analysis`` → reasoning; ``final`` and recipient-less ``commentary`` (preambles) → content; a
-message addressed ``to=functions.NAME`` → a tool call whose body is the JSON arguments; a message to a
+message addressed ``to=functions.NAME`` → a tool call whose body is the JSON arguments (content, verbatim,
+when built without tool parsing: the request had no tools); a message to a
 built-in tool (``browser.*``, ``python``) → reasoning. ``<|call|>`` and ``<|return|>`` are stop tokens the
 pipeline may strip, so a call body still open at the end of output is a call if it parses (else content).
 Text outside any message (a model not speaking Harmony) is content.
@@ -36,7 +37,8 @@ _CHANNEL_NAME: Final = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 _RECIPIENT: Final = re.compile(r"\bto=([^\s<]+)")
 
 _OUTSIDE, _HEADER, _BODY = 0, 1, 2
-_REASONING, _CONTENT, _TOOL = 0, 1, 2
+# _SPILL: the rest of a call body too long to hold, emitted as content up to and including its end marker.
+_REASONING, _CONTENT, _TOOL, _SPILL = 0, 1, 2, 3
 
 
 class HarmonyParser:
@@ -114,7 +116,7 @@ class HarmonyParser:
             self._buf = self._buf[len(self._buf) - keep :]
             return False
         at, marker = found
-        _add(out, kind(self._buf[:at]))
+        _add(out, kind(self._buf[: at + len(marker)] if self._body_kind == _SPILL else self._buf[:at]))
         self._buf = self._buf[at + len(marker) :]
         self._state = _OUTSIDE
         return True
@@ -124,7 +126,7 @@ class HarmonyParser:
         recipient = _RECIPIENT.search(self._header)
         name = channel.group(1) if channel else ""
         self._state = _BODY
-        if recipient is not None and recipient.group(1).startswith(FUNCTIONS_PREFIX) and self._parse_tools:
+        if recipient is not None and recipient.group(1).startswith(FUNCTIONS_PREFIX):
             self._body_kind, self._tool_name = _TOOL, recipient.group(1).removeprefix(FUNCTIONS_PREFIX)
         elif recipient is not None or name == "analysis":
             self._body_kind = _REASONING
@@ -133,16 +135,18 @@ class HarmonyParser:
 
     def _tool_body(self, out: list[Event], found: tuple[int, str] | None, *, final: bool) -> bool:
         if found is None and not final:
-            if len(self._header) + len(self._buf) > self._max:
-                _add(out, ContentDelta(self._header + self._buf))  # not a call we will hold
-                self._header, self._buf, self._state = "", "", _OUTSIDE
+            if len(self._header) + len(self._buf) > self._max:  # not a call we will hold
+                _add(out, ContentDelta(self._header))
+                self._header, self._body_kind = "", _SPILL
+                return True
             return False
         at, marker = found if found is not None else (len(self._buf), "")
         body = self._buf[:at]
         self._buf = self._buf[at + len(marker) :]
         arguments = arguments_text(body)
         calls = [ParsedCall(self._tool_name, arguments)] if arguments is not None else []
-        if calls and len(self._header) + at + len(marker) <= self._max and self._calls.accepts(calls):
+        fits = len(self._header) + at + len(marker) <= self._max
+        if calls and fits and self._parse_tools and self._calls.accepts(calls):
             out += self._calls.emit(calls)
         else:
             _add(out, ContentDelta(self._header + body + marker))

@@ -73,20 +73,22 @@ _TOOL_NAMES = sorted(SAMPLES)
 _REASONING = ["qwen3", "deepseek_r1", "glm45", "kimi_k2", "gpt_oss"]
 
 
-@given(name=st.sampled_from(_TOOL_NAMES), data=st.data(), cuts=_cuts)
+@given(name=st.sampled_from(_TOOL_NAMES), data=st.data(), cuts=_cuts, bound=st.sampled_from([1 << 20, 30, 60]))
 @settings(max_examples=400, deadline=None)
-def test_tool_parsers_ignore_chunk_boundaries_on_samples(name: str, data: st.DataObject, cuts: list[int]) -> None:
+def test_tool_parsers_ignore_chunk_boundaries_on_samples(
+    name: str, data: st.DataObject, cuts: list[int], bound: int
+) -> None:
     sample = data.draw(st.sampled_from(SAMPLES[name]))
     cut = data.draw(st.integers(min_value=0, max_value=len(sample)))
     for text in (sample, sample[:cut]):  # the whole output, and one truncated anywhere (max_tokens)
-        factory = tools(name)
+        factory = tools(name, max_call_chars=bound)
         assert run(factory(), split(text, cuts)) == run(factory(), [text])
 
 
-@given(name=st.sampled_from(_TOOL_NAMES), text=_garbage, cuts=_cuts)
+@given(name=st.sampled_from(_TOOL_NAMES), text=_garbage, cuts=_cuts, bound=st.sampled_from([1 << 20, 8, 40]))
 @settings(max_examples=600, deadline=None)
-def test_tool_parsers_ignore_chunk_boundaries_on_markup_soup(name: str, text: str, cuts: list[int]) -> None:
-    factory = tools(name)
+def test_tool_parsers_ignore_chunk_boundaries_on_markup_soup(name: str, text: str, cuts: list[int], bound: int) -> None:
+    factory = tools(name, max_call_chars=bound)  # small bounds: calls overflow at every possible point
     assert run(factory(), split(text, cuts)) == run(factory(), [text])
 
 
@@ -123,10 +125,15 @@ def test_think_parser_loses_only_its_markers(reasoning: str, text: str, cuts: li
     assert all(isinstance(e, ContentDelta | ReasoningDelta) for e in events)
 
 
-@given(name=st.sampled_from([n for n in _TOOL_NAMES if n != "openai"]), text=_garbage, cuts=_cuts)
+@given(
+    name=st.sampled_from([n for n in _TOOL_NAMES if n != "openai"]),
+    text=_garbage,
+    cuts=_cuts,
+    bound=st.sampled_from([1 << 20, 8, 40]),
+)
 @settings(max_examples=400, deadline=None)
-def test_output_without_calls_is_content_verbatim(name: str, text: str, cuts: list[int]) -> None:
-    events = run(tools(name)(), split(text, cuts))
+def test_output_without_calls_is_content_verbatim(name: str, text: str, cuts: list[int], bound: int) -> None:
+    events = run(tools(name, max_call_chars=bound)(), split(text, cuts))
     if not any(isinstance(e, ToolCallStart) for e in events):
         assert events == ([ContentDelta(text)] if text else [])
 
