@@ -45,6 +45,7 @@ class BlockToolParser:
         "_fmt",
         "_max",
         "_open_raw",
+        "_scanned",
         "_section_calls",
         "_section_markers",
         "_state",
@@ -64,6 +65,9 @@ class BlockToolParser:
         self._call_raw = ""  # the begin marker of the open call
         self._strip = False  # drop leading whitespace of the next content (it follows a call)
         self._section_calls = False  # the open section has produced a call
+        # In a section or call, the buffer prefix already searched for a marker: a long call is scanned once,
+        # not once per feed.
+        self._scanned = 0
 
     def feed(self, text: str, token_ids: Sequence[int] = ()) -> list[Event]:
         if self._state == _PASSTHROUGH or (
@@ -122,15 +126,18 @@ class BlockToolParser:
         return True
 
     def _section(self, out: list[Event], *, final: bool) -> bool:
-        found = self._section_markers.find(self._buf)
+        found = self._section_markers.find(self._buf, self._scanned)
         if found is None:
+            self._scanned = self._section_markers.resume_at(self._buf)
             if final:
                 self._emit(out, self._open_raw + self._buf)
                 self._buf = self._open_raw = ""
+                self._scanned = 0
             elif len(self._open_raw) + len(self._buf) > self._max:
                 self._overflow(out, self._open_raw)
             return False
         at, marker = found
+        self._scanned = 0
         gap = self._buf[:at]
         self._buf = self._buf[at + len(marker) :]
         if len(self._open_raw) + at + len(marker) > self._max:
@@ -152,19 +159,21 @@ class BlockToolParser:
 
     def _call(self, out: list[Event], *, final: bool) -> bool:
         end = self._fmt.call_end
-        found = self._call_markers.find(self._buf)
+        found = self._call_markers.find(self._buf, self._scanned)
         if found is None:
+            self._scanned = self._call_markers.resume_at(self._buf)
             if final:
                 if end is None:  # the end of output closes a call that has no end marker
                     self._close(out, self._buf, self._call_raw + self._buf)
                 else:
                     self._emit(out, self._open_raw + self._call_raw + self._buf)
                 self._buf = self._open_raw = self._call_raw = ""
-                self._state = _CONTENT
+                self._state, self._scanned = _CONTENT, 0
             elif len(self._open_raw) + len(self._call_raw) + len(self._buf) > self._max:
                 self._overflow(out, self._open_raw + self._call_raw)
             return False
         at, marker = found
+        self._scanned = 0
         block = self._buf[:at]
         self._buf = self._buf[at + len(marker) :]
         if len(self._open_raw) + len(self._call_raw) + at + len(marker) > self._max:

@@ -42,7 +42,17 @@ _REASONING, _CONTENT, _TOOL, _SPILL = 0, 1, 2, 3
 
 
 class HarmonyParser:
-    __slots__ = ("_body_kind", "_buf", "_calls", "_header", "_max", "_parse_tools", "_state", "_tool_name")
+    __slots__ = (
+        "_body_kind",
+        "_buf",
+        "_calls",
+        "_header",
+        "_max",
+        "_parse_tools",
+        "_scanned",
+        "_state",
+        "_tool_name",
+    )
 
     _open = MarkerSet([START, CHANNEL])
     _message = MarkerSet([MESSAGE])
@@ -57,6 +67,7 @@ class HarmonyParser:
         self._header = ""  # raw header text of the current message, markers included
         self._body_kind = _CONTENT
         self._tool_name = ""
+        self._scanned = 0  # the prefix of a held call body already searched for its end marker
 
     def feed(self, text: str, token_ids: Sequence[int] = ()) -> list[Event]:
         if self._state == _OUTSIDE and not self._buf and not self._open.may_hold(text):
@@ -106,7 +117,7 @@ class HarmonyParser:
             self._buf = self._buf[at + len(MESSAGE) :]
             self._open_body()
             return True
-        found = self._ends.find(self._buf)
+        found = self._ends.find(self._buf, self._scanned)
         if self._body_kind == _TOOL:
             return self._tool_body(out, found, final=final)
         kind = ReasoningDelta if self._body_kind == _REASONING else ContentDelta
@@ -135,12 +146,14 @@ class HarmonyParser:
 
     def _tool_body(self, out: list[Event], found: tuple[int, str] | None, *, final: bool) -> bool:
         if found is None and not final:
+            self._scanned = self._ends.resume_at(self._buf)
             if len(self._header) + len(self._buf) > self._max:  # not a call we will hold
                 _add(out, ContentDelta(self._header))
-                self._header, self._body_kind = "", _SPILL
+                self._header, self._body_kind, self._scanned = "", _SPILL, 0
                 return True
             return False
         at, marker = found if found is not None else (len(self._buf), "")
+        self._scanned = 0
         body = self._buf[:at]
         self._buf = self._buf[at + len(marker) :]
         arguments = arguments_text(body)

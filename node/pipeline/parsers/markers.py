@@ -15,6 +15,11 @@ class MarkerSet:
 
     __slots__ = ("_firsts", "_longest_prefix", "_markers", "_prefixes")
 
+    def resume_at(self, text: str) -> int:
+        """Where the next `find` over ``text`` plus more appended text may start: no complete marker
+        begins before it (one would lie wholly inside ``text`` and have been found already)."""
+        return max(0, len(text) - self._longest_prefix)
+
     def __init__(self, markers: Iterable[str]) -> None:
         # Longest first, so among markers starting at the same place the longest wins.
         self._markers = tuple(sorted({m for m in markers if m}, key=len, reverse=True))
@@ -25,7 +30,10 @@ class MarkerSet:
     def may_hold(self, text: str) -> bool:
         """False when ``text`` holds no character that starts a marker (then it has no marker and no
         marker prefix)."""
-        return any(first in text for first in self._firsts)
+        for first in self._firsts:  # a plain loop: ~3x cheaper than any() over a generator on short text
+            if first in text:
+                return True
+        return False
 
     def find(self, text: str, start: int = 0) -> tuple[int, str] | None:
         """The earliest complete marker at or after ``start``: ``(position, marker)``, or None."""
