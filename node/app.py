@@ -18,10 +18,9 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
-from mesh.runtime import Mesh
-from node.cluster import publish_http_addr, run_mesh
-from node.cluster_state import SharedState, open_shared_state, run_ticker
+from mesh import MAX_CHANNEL_MSG_BYTES, Channels, Mesh
+from node.cluster.member import publish_http_addr, run_mesh
+from node.cluster.state import SharedState, open_shared_state, run_ticker
 from node.config import NodeConfig
 from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app

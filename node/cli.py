@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from node import configload
-from node.cluster import ClusterConfig
+from node.cluster.config import ClusterConfig
 from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
 from node.http.tenancy import ApiConfig
 from node.logs import setup_logging
@@ -121,7 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if keyfile is not None:
                 os.unlink(keyfile)
     from node.app import run_node
-    from node.cluster import KeyFileReload
+    from node.cluster.keys import KeyFileReload
 
     async def main() -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)

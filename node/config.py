@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from node.cluster import ClusterConfig
+from node.cluster.config import ClusterConfig
 from node.http.tenancy import ApiConfig
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
