@@ -18,10 +18,11 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from node.routing.kv_events import KvEvent
 from node.sim.admission import AdmissionQueue
 from node.sim.config import SimWorkerConfig
 from node.sim.errors import EngineClosedError, InvalidRequestError
-from node.sim.kv_events import KvBatch, KvEvent, KvEventLog
+from node.sim.kv_events import KvBatch, KvEventLog
 from node.sim.latency import LatencyModel
 from node.sim.model_folder import ModelFolder
 from node.sim.prefix_cache import CacheBusyError, Lease, PrefixCache

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from node.sim.kv_events import BlocksRemoved, BlocksStored, CacheCleared, KvEvent, StoredBlock
+from node.routing.kv_events import BlocksRemoved, BlocksStored, CacheCleared, KvEvent, StoredBlock
 
 _ROOT_MARKER = b"\x00root"
 

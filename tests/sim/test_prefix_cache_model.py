@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.sim.kv_events import BlocksRemoved, BlocksStored, KvEvent, StoredBlock
+from node.routing.kv_events import BlocksRemoved, BlocksStored, KvEvent, StoredBlock
 from node.sim.prefix_cache import PrefixCache, chain_hash
 
 BS = 2
