@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from node.cluster.config import ClusterConfig
 from node.routing.config import RoutingConfig
+from node.workers.deadlines import DeadlineConfig
+from node.workers.retry import RetryConfig
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
@@ -227,6 +229,8 @@ class NodeConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
 

@@ -127,6 +127,7 @@ def test_demo_builds_its_config_through_the_same_loader(
     from collections.abc import AsyncIterator
 
     import node.app
+    import node.cli
     from node.cli import main
 
     models = tmp_path / "cache" / "smg-node" / "models"
@@ -147,6 +148,7 @@ def test_demo_builds_its_config_through_the_same_loader(
         yield  # pragma: no cover
 
     monkeypatch.setattr(node.app, "run_node", fake_run_node)
+    monkeypatch.setattr(node.cli, "setup_logging", lambda config: None)  # leave the test run's logging alone
     with pytest.raises(Stop):
         main(["demo", "--workers", "1", "--port", "0", "--config", str(cfg)])
     (config,) = seen
