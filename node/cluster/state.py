@@ -35,6 +35,13 @@ HINTS_CHANNEL = 2
 HINT_SNAPSHOT_CHANNEL = 3
 #: The state's name when the node runs without a mesh.
 STANDALONE_NODE = "local"
+#: A routing-hint message rides one channel message (the hints' publisher packs to this size).
+HINT_MAX_MESSAGE_BYTES = MAX_CHANNEL_MSG_BYTES
+
+
+def mesh_delegate() -> Channels:
+    """The mesh's one delegate: channels that ``open_shared_state`` fills (state, hints, hint snapshot)."""
+    return Channels()
 
 
 def state_config() -> StateConfig:
