@@ -1,7 +1,13 @@
-"""The gateway node's component configs. Every default is defined here, once, on the field.
+"""The gateway node's component configs. Every default is defined once, on its field.
 
 Each dataclass is one component's typed config; `node.configload` turns fields into CLI flags, SMG_NODE_* env
 vars and YAML keys. Validation happens in ``__post_init__`` and names the offending key.
+
+Layering: this module sits below the components, which import it; it never imports node.http or
+node.pipeline. The configs defined elsewhere live in config leaves beside their component
+(node/cluster/config.py, over mesh's public API only; node/routing/config.py; storage/config.py) or, for now,
+in node/workers/deadlines.py and retry.py (retry.py imports the worker client's error types).
+``NodeConfig``'s fields are the one list of components.
 """
 
 from __future__ import annotations
