@@ -1,18 +1,26 @@
-"""The gateway node's component configs. Every default is defined here, once, on the field.
+"""The gateway node's component configs. Every default is defined once, on its field.
 
 Each dataclass is one component's typed config; `node.configload` turns fields into CLI flags, SMG_NODE_* env
 vars and YAML keys. Validation happens in ``__post_init__`` and names the offending key.
+
+Layering: this module sits below the components, which import it; it never imports node.http or
+node.pipeline. The configs defined elsewhere live in config leaves beside their component
+(node/cluster/config.py, over mesh's public API only; node/routing/config.py; storage/config.py) or, for now,
+in node/workers/deadlines.py and retry.py (retry.py imports the worker client's error types).
+``NodeConfig``'s fields are the one list of components.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from types import MappingProxyType
+from typing import Final, Literal
 from urllib.parse import urlsplit
 
-from node.cluster import ClusterConfig
-from node.http.tenancy import ApiConfig
-from node.pipeline.token_cache import TokenizerCacheConfig
+from node.cluster.config import ClusterConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
 from node.workers.retry import RetryConfig
@@ -22,6 +30,9 @@ LogFormat = Literal["text", "json"]
 #: How Generate streams are read: "h2" = our own HTTP/2 reader (node/workers/h2_generate.py), "grpc" = grpc.aio.
 GenerateTransport = Literal["h2", "grpc"]
 DEFAULT_GENERATE_TRANSPORT: GenerateTransport = "h2"
+#: The header a trusted proxy names the tenant in (ApiConfig.trust_tenant_header).
+TENANT_HEADER: Final = "X-SMG-Tenant"
+_MIB: Final = 1024 * 1024
 
 
 def _positive(name: str, value: float) -> None:
@@ -139,6 +150,60 @@ class WorkerPoolConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenizerCacheConfig:
+    """Tokenizer cache settings; one instance may serve every model's tokenizer."""
+
+    l0_enabled: bool = field(default=True, metadata={"help": "Cache whole prompts: identical text returns cached ids."})
+    l0_max_bytes: int = field(
+        default=64 * _MIB, metadata={"help": "Memory bound of the exact-match cache (text + ids), bytes."}
+    )
+    l1_enabled: bool = field(
+        default=True,
+        metadata={
+            "help": "Cache prompt prefixes ending at special tokens (chat turns), so a shared "
+            "system prompt or earlier turns are not tokenized again."
+        },
+    )
+    l1_max_bytes: int = field(default=128 * _MIB, metadata={"help": "Memory bound of the prefix cache (ids), bytes."})
+    # Chat templates put several added tokens in every turn; hashing and storing a prefix at each costs
+    # more than it saves. A hit re-encodes at most this much already-seen text (512: ~120 tokens, ~0.1 ms).
+    l1_spacing_chars: int = field(
+        default=512,
+        metadata={
+            "help": "Prefix-cache entries are kept at most every this many characters (plus one at the "
+            "last special token of each prompt); 1 keeps one after every special token."
+        },
+    )
+
+    # Below ~2,048 characters (~500 tokens, ~0.2 ms with tiktoken) hashing and lookups cost about as much
+    # as encoding the whole prompt again.
+    l1_min_prompt_chars: int = field(
+        default=2048,
+        metadata={"help": "Prompts shorter than this many characters bypass the prefix cache."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.l1_min_prompt_chars < 0:
+            raise ValueError(f"l1_min_prompt_chars must be >= 0, got {self.l1_min_prompt_chars}")
+        if self.l1_spacing_chars < 1:
+            raise ValueError(f"l1_spacing_chars must be >= 1, got {self.l1_spacing_chars}")
+        for name in ("l0_max_bytes", "l1_max_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiConfig:
+    trust_tenant_header: bool = field(
+        default=False,
+        metadata={
+            "help": f"take the Responses/Conversations tenant from the {TENANT_HEADER} header; set only when a "
+            "trusted proxy in front of the node sets it (otherwise every request is tenant 'default')"
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     log_level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata={"help": "log level"})
     log_format: LogFormat = field(default="text", metadata={"help": "log line format"})
@@ -155,31 +220,30 @@ def parse_worker_url(url: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
-    """Everything `smg-node serve` needs, one typed config per component."""
+    """Everything `smg-node serve` needs, one typed config per component.
+
+    The list of components is written here once: each field is a component, its name the component's YAML
+    section (``http: {port: 8000}``) and its type the component's config class (NODE_SECTIONS). Fields are
+    in the order ``serve --help`` shows their flag groups.
+    """
 
     http: HttpConfig
     model: ModelConfig
     workers: WorkerPoolConfig
-    log: LogConfig
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
 
-NODE_COMPONENTS: tuple[type, ...] = (
-    HttpConfig,
-    ModelConfig,
-    WorkerPoolConfig,
-    RoutingConfig,
-    TokenizerCacheConfig,
-    ClusterConfig,
-    StorageConfig,
-    ApiConfig,
-    DeadlineConfig,
-    RetryConfig,
-    LogConfig,
-)
+def _sections(config: type[object]) -> Mapping[str, type[object]]:
+    hints = typing.get_type_hints(config)
+    return MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(config)})  # type: ignore[arg-type]
+
+
+#: YAML section name -> component config class, derived from NodeConfig's fields.
+NODE_SECTIONS: Final[Mapping[str, type[object]]] = _sections(NodeConfig)

@@ -13,6 +13,7 @@ from node.http.openai_types import SamplingFields
 from node.pipeline.cpu import CpuPool
 from node.pipeline.generate import TokenLogprob, Usage
 from node.pipeline.served_model import ServedModel
+from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.pool import WorkerPool
 from node.workers.types import SamplingParams
 
@@ -175,7 +176,7 @@ class ApiContext:
     cpu: CpuPool
     max_body_bytes: int
     on_usage: Callable[[Usage], None] = _ignore_usage
-    routing_key_header: str = "x-smg-routing-key"
+    routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER
 
 
 class GenerationApi:

@@ -19,6 +19,7 @@ from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel
+from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.pool import WorkerPool
 from storage.base import Stores
 
@@ -34,7 +35,7 @@ def build_app(
     cpu: CpuPool,
     metrics: NodeMetrics,
     max_body_bytes: int,
-    routing_key_header: str = "x-smg-routing-key",
+    routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER,
     stores: Stores,
     tenancy: ApiConfig,
 ) -> web.Application:
