@@ -30,7 +30,8 @@ class MarkerSet:
     def may_hold(self, text: str) -> bool:
         """False when ``text`` holds no character that starts a marker (then it has no marker and no
         marker prefix)."""
-        for first in self._firsts:  # a plain loop: ~3x cheaper than any() over a generator on short text
+        # A plain loop: ~3x cheaper than any() over a generator on the hot path (short text, 1-2 firsts).
+        for first in self._firsts:  # noqa: SIM110
             if first in text:
                 return True
         return False
