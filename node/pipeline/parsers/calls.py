@@ -76,16 +76,29 @@ class CallEmitter:
         return kind if isinstance(kind, str) else None
 
 
+# What a model can write that json rejects: bad syntax, and nesting deeper than the interpreter's recursion
+# limit (json recurses per level; "[" * 100_000 would otherwise escape as RecursionError).
+_BAD_JSON: Final = (ValueError, RecursionError)
+
+
 def arguments_text(value: object) -> str | None:
     """A call's arguments as JSON object text: an object, or a string holding one. None if neither."""
-    if isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, str):
             value = json.loads(value) if value.strip() else {}
-        except ValueError:
+        if not isinstance(value, dict):
             return None
-    if not isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    except _BAD_JSON:
         return None
-    return json.dumps(value, ensure_ascii=False)
+
+
+def dumps_arguments(arguments: dict[str, object]) -> str | None:
+    """``arguments`` (values built from a non-JSON format) as JSON object text, or None if it cannot be."""
+    try:
+        return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    except (TypeError, *_BAD_JSON):  # TypeError: a value JSON cannot hold (a set, bytes, a complex number)
+        return None
 
 
 def call_from_object(value: object, *, args_keys: tuple[str, ...] = ("arguments", "parameters")) -> ParsedCall | None:
@@ -110,7 +123,7 @@ def typed_value(raw: str, schema_type: str | None, *, guess: bool) -> object:
         return raw
     try:
         return json.loads(raw)
-    except ValueError:
+    except _BAD_JSON:
         return raw
 
 
@@ -128,6 +141,6 @@ def decode_json_objects(text: str, separators: str = "") -> list[object] | None:
             return values
         try:
             value, pos = decoder.raw_decode(text, pos)
-        except ValueError:
+        except _BAD_JSON:
             return None
         values.append(value)

@@ -19,7 +19,6 @@ CALL_END: Final = "<｜tool▁call▁end｜>"
 SEP: Final = "<｜tool▁sep｜>"
 
 _V3: Final = re.compile(r"\s*function" + SEP + r"([^\n<]+)\n```(?:json)?\n(.*)\n```\s*", re.DOTALL)
-_V31: Final = re.compile(r"\s*([^\n<]+?)\s*" + SEP + r"(.*)", re.DOTALL)
 
 
 def _call(match: re.Match[str] | None) -> list[ParsedCall] | None:
@@ -34,7 +33,13 @@ def parse_v3(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
 
 
 def parse_v31(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
-    return _call(_V31.fullmatch(block))
+    # partition, not a regex: a lazy name pattern followed by \s* backtracks quadratically on long blanks.
+    name, sep, arguments = block.partition(SEP)
+    name = name.strip()
+    if not sep or not name or "\n" in name or "<" in name:
+        return None
+    encoded = arguments_text(arguments)
+    return [ParsedCall(name, encoded)] if encoded is not None else None
 
 
 DEEPSEEK_V3 = BlockFormat(CALL_BEGIN, CALL_END, parse_v3, CALLS_BEGIN, CALLS_END)

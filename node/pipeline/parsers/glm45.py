@@ -11,14 +11,25 @@ are JSON when they parse and text otherwise, as GLM's published parser does.
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Final
-
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
-from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, typed_value
+from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, dumps_arguments, typed_value
+from node.pipeline.parsers.tags import tagged_runs
 
-_ARG: Final = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+def _pairs(block: str, pos: int) -> list[tuple[str, str]] | None:
+    """``<arg_key>K</arg_key> <arg_value>V</arg_value>`` pairs from ``pos``, only whitespace around them;
+    None if anything else is found. Key and value runs are read alternately with str.find (see tags.py)."""
+    pairs: list[tuple[str, str]] = []
+    while True:
+        key = tagged_runs(block, pos, "<arg_key>", "", "</arg_key>", limit=1)
+        if not key:  # None: not this format; []: only whitespace left
+            return None if key is None else pairs
+        pos = block.index("</arg_key>", block.index("<arg_key>", pos)) + len("</arg_key>")
+        value = tagged_runs(block, pos, "<arg_value>", "", "</arg_value>", limit=1)
+        if not value:
+            return None
+        pos = block.index("</arg_value>", block.index("<arg_value>", pos)) + len("</arg_value>")
+        pairs.append((key[0][1], value[0][1]))
 
 
 def parse_glm45(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
@@ -26,17 +37,14 @@ def parse_glm45(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
     name = (block if first < 0 else block[:first]).strip()
     if not name or "<" in name or "\n" in name:
         return None
-    arguments: dict[str, object] = {}
-    pos = max(first, 0) if first >= 0 else len(block)
-    for arg in _ARG.finditer(block, pos):
-        if block[pos : arg.start()].strip():
-            return None
-        pos = arg.end()
-        key = arg.group(1).strip()
-        arguments[key] = typed_value(arg.group(2), emitter.schema_type(name, key), guess=True)
-    if block[pos:].strip():
+    pairs = _pairs(block, len(block) if first < 0 else first)
+    if pairs is None:
         return None
-    return [ParsedCall(name, json.dumps(arguments, ensure_ascii=False))]
+    arguments: dict[str, object] = {}
+    for key, value in pairs:
+        arguments[key.strip()] = typed_value(value, emitter.schema_type(name, key.strip()), guess=True)
+    encoded = dumps_arguments(arguments)
+    return [ParsedCall(name, encoded)] if encoded is not None else None
 
 
 GLM45 = BlockFormat(call_begin="<tool_call>", call_end="</tool_call>", parse=parse_glm45)

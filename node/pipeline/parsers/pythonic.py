@@ -5,10 +5,9 @@ arguments, ``[get_weather(city="Paris"), get_time(tz="CET")]``, optionally wrapp
 from __future__ import annotations
 
 import ast
-import json
 from typing import Final
 
-from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions
+from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, dumps_arguments
 from node.pipeline.parsers.whole import WholeOutputToolParser
 
 PYTHON_START: Final = "<|python_start|>"
@@ -45,10 +44,10 @@ def parse_pythonic(text: str, emitter: CallEmitter) -> list[ParsedCall] | None:
                 arguments[keyword.arg] = ast.literal_eval(keyword.value)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 return None
-        try:
-            calls.append(ParsedCall(name, json.dumps(arguments, ensure_ascii=False, allow_nan=False)))
-        except (TypeError, ValueError):  # a literal JSON cannot hold (a set, bytes, a complex number)
+        encoded = dumps_arguments(arguments)
+        if encoded is None:
             return None
+        calls.append(ParsedCall(name, encoded))
     return calls
 
 

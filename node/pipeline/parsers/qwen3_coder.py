@@ -14,34 +14,33 @@ the type the tool list declares for it (a string when undeclared), as Qwen's own
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Final
 
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
-from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, typed_value
+from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, dumps_arguments, typed_value
+from node.pipeline.parsers.tags import tagged_runs
 
-_FUNCTION: Final = re.compile(r"\s*<function=([^>\n]+)>(.*)</function>\s*", re.DOTALL)
-_PARAMETER: Final = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+_FUNCTION_OPEN: Final = "<function="
+_FUNCTION_CLOSE: Final = "</function>"
 
 
 def parse_qwen3_coder(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
-    function = _FUNCTION.fullmatch(block)
-    if function is None:
+    body = block.strip()
+    if not body.startswith(_FUNCTION_OPEN) or not body.endswith(_FUNCTION_CLOSE):
         return None
-    name, body = function.group(1).strip(), function.group(2)
+    name_end = body.find(">")
+    name = body[len(_FUNCTION_OPEN) : name_end].strip()
+    if not name or "\n" in name:
+        return None
+    params = tagged_runs(body[: -len(_FUNCTION_CLOSE)], name_end + 1, "<parameter=", ">", "</parameter>")
+    if params is None:
+        return None
     arguments: dict[str, object] = {}
-    pos = 0
-    for param in _PARAMETER.finditer(body):
-        if body[pos : param.start()].strip():
-            return None  # text outside a parameter: not this format
-        pos = param.end()
-        key, value = param.group(1).strip(), param.group(2)
-        value = value.removeprefix("\n").removesuffix("\n")
-        arguments[key] = typed_value(value, emitter.schema_type(name, key), guess=False)
-    if body[pos:].strip() or not name:
-        return None
-    return [ParsedCall(name, json.dumps(arguments, ensure_ascii=False))]
+    for key, value in params:
+        text = value.removeprefix("\n").removesuffix("\n")
+        arguments[key.strip()] = typed_value(text, emitter.schema_type(name, key.strip()), guess=False)
+    encoded = dumps_arguments(arguments)
+    return [ParsedCall(name, encoded)] if encoded is not None else None
 
 
 QWEN3_CODER = BlockFormat(call_begin="<tool_call>", call_end="</tool_call>", parse=parse_qwen3_coder)

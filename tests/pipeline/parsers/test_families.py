@@ -202,3 +202,28 @@ def test_registry_names() -> None:
     with pytest.raises(UnknownParserError, match="unknown reasoning parser 'nope'"):
         build_parser(reasoning_parser="nope")
     assert run(build_parser(), ["<tool_call>x"]) == [ContentDelta("<tool_call>x")]
+
+
+HOSTILE = {
+    "hermes": '<tool_call>{"name": "f", "arguments": {"a": ' + "[" * 100_000 + "}}</tool_call>",
+    "llama3_json": '{"name": "f", "parameters": ' + "[" * 100_000,
+    "llama4_pythonic": "[f(a=" + "[" * 100_000 + ")]",
+    "openai": "<|channel|>commentary to=functions.f<|message|>" + "[" * 100_000,
+    "qwen3_coder": "<tool_call><function=f>" + "<parameter=a>" * 50_000 + "</tool_call>",
+    "glm45": "<tool_call>f" + "<arg_key>a</arg_key>" * 50_000 + "</tool_call>",
+    "deepseek_v31": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f" + " " * 200_000 + "x<｜tool▁call▁end｜>",
+    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>" + "functions." * 50_000 + "<|tool_call_end|>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_output_is_content_quickly(name: str) -> None:
+    """Nesting past the recursion limit and unclosed tags by the thousand: content, no crash, linear time."""
+    import time
+
+    text = HOSTILE[name]
+    start = time.process_time()
+    events = run(tools(name)(), [text])
+    assert time.process_time() - start < 2.0
+    assert not calls(events)
+    assert len(text_of(events)) >= len(text) - 100  # Harmony drops only its header markup
