@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from node.pipeline.parsers.events import Event, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
@@ -48,7 +48,6 @@ class CallEmitter:
 
     options: ToolOptions
     count: int = 0
-    _events: list[Event] = field(default_factory=list)
 
     def accepts(self, calls: Sequence[ParsedCall]) -> bool:
         known = self.options.tools

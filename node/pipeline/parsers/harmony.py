@@ -170,7 +170,3 @@ class HarmonyParser:
 def _add(out: list[Event], event: ContentDelta | ReasoningDelta) -> None:
     if event.text:
         out.append(event)
-
-
-def harmony_parser(options: ToolOptions) -> HarmonyParser:
-    return HarmonyParser(options)

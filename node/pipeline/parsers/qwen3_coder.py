@@ -30,7 +30,7 @@ def parse_qwen3_coder(block: str, emitter: CallEmitter) -> list[ParsedCall] | No
         return None
     name_end = body.find(">")
     name = body[len(_FUNCTION_OPEN) : name_end].strip()
-    if not name or "\n" in name:
+    if not name or "\n" in name or "<" in name:
         return None
     params = tagged_runs(body[: -len(_FUNCTION_CLOSE)], name_end + 1, "<parameter=", ">", "</parameter>")
     if params is None:
