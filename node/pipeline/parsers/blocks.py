@@ -61,7 +61,7 @@ class BlockToolParser:
         self._call_markers = MarkerSet([fmt.call_end or fmt.call_begin])
         self._state = _CONTENT
         self._buf = ""
-        self._open_raw = ""  # a section marker swallowed while nothing in its section was emitted yet
+        self._open_raw = ""  # a section marker (and blanks after it) held back while its section has no call yet
         self._call_raw = ""  # the begin marker of the open call
         self._strip = False  # drop leading whitespace of the next content (it follows a call)
         self._section_calls = False  # the open section has produced a call
