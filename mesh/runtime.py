@@ -154,7 +154,12 @@ class Mesh:
     def metrics(self) -> MeshMetrics:
         metrics = self._core.metrics()
         assert self._transport is not None  # _core checked it
-        return dataclasses.replace(metrics, tls_handshake_failures=self._transport.tls_handshake_failures)
+        transport = self._transport
+        return dataclasses.replace(
+            metrics,
+            tls_handshake_failures=transport.tls_handshake_failures,
+            streams_refused=transport.streams_refused,
+        )
 
     def update_meta(self, meta: NodeMeta) -> None:
         self._core.update_meta(self._now(), meta)
