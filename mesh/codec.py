@@ -53,7 +53,7 @@ from mesh.limits import (
     STREAM_HEADER_BYTES,
     TAG_BYTES,
 )
-from mesh.member import MemberState, NodeMeta, check_addr
+from mesh.member import MemberState, NodeMeta, check_member_addr
 from mesh.messages import (
     Ack,
     Alive,
@@ -257,9 +257,12 @@ class _Reader:
             raise DecodeError("truncated")
         self.pos = end
         try:
-            return buf[pos + 1 : end].decode("utf-8")
+            value = buf[pos + 1 : end].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise DecodeError("string is not UTF-8") from exc
+        if not value.isprintable():
+            raise DecodeError(f"unprintable character in {value!r}")
+        return value
 
     def name(self) -> str:
         value = self.text(MAX_NAME_BYTES)
@@ -270,7 +273,7 @@ class _Reader:
     def addr(self) -> str:
         value = self.text(MAX_ADDR_BYTES)
         if not _valid_addr(value):
-            raise DecodeError(f"member address: expected host:port, got {value!r}")
+            raise DecodeError(f"member address: expected ip:port, got {value!r}")
         return value
 
     def meta(self) -> NodeMeta:
@@ -290,7 +293,7 @@ class _Reader:
 @functools.lru_cache(maxsize=4096)
 def _valid_addr(value: str) -> bool:
     try:
-        check_addr(value)
+        check_member_addr(value)
     except ValueError:
         return False
     return True

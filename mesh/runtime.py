@@ -26,7 +26,7 @@ from mesh.config import MeshConfig
 from mesh.delegate import Delegate, EventDelegate
 from mesh.errors import JoinError, MeshStateError, TransportError
 from mesh.keyring import Keyring
-from mesh.member import Member, NodeMeta, check_addr
+from mesh.member import Member, NodeMeta, check_addr, check_member_addr
 from mesh.metrics import MeshMetrics
 from mesh.swim import Swim
 from mesh.tls import TlsContexts
@@ -75,7 +75,8 @@ class Mesh:
         await self.shutdown()
 
     async def start(self) -> None:
-        """Bind the sockets and start probing. Raises TransportError, KeyringError, TlsError, MeshStateError."""
+        """Bind the sockets and start probing. Raises TransportError, KeyringError, TlsError, MeshStateError, and
+        ValueError when the address we would advertise is not a literal IP (members gossip addresses, never names)."""
         if self._swim is not None:
             raise MeshStateError("mesh already started")
         config = self.config
@@ -85,6 +86,7 @@ class Mesh:
         host = config.advertise_addr or config.bind_addr
         if host in WILDCARD_HOSTS:
             raise MeshStateError("advertise_addr is required when bind_addr is a wildcard address")
+        check_member_addr(join_addr(host, config.advertise_port or 1))  # before binding: nothing to undo
         tls = None
         if config.tls_enabled:
             tls = TlsContexts.load(config.tls_cert_file, config.tls_key_file, config.tls_ca_file)

@@ -37,17 +37,19 @@ from mesh.messages import (
     User,
 )
 
-names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=20)
+# Names and labels are printable text (mesh/member.py): the wire refuses control characters.
+printable = st.characters(codec="utf-8").filter(str.isprintable)
+names = st.text(printable, min_size=1, max_size=20)
 addrs = st.builds(
     lambda a, b, port: f"10.{a}.{b}.1:{port}", st.integers(0, 255), st.integers(0, 255), st.integers(1, 65535)
 )
 u32 = st.integers(0, 2**32 - 1)
-short = st.text(max_size=30)
+short = st.text(printable, max_size=30)
 metas = st.builds(
     NodeMeta.create,
     short,
     short,
-    st.dictionaries(st.text(max_size=10), st.text(max_size=10), max_size=4),
+    st.dictionaries(st.text(printable, max_size=10), st.text(printable, max_size=10), max_size=4),
 )
 packet_messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(Ping, u32, st.just("") | names, names, addrs),
