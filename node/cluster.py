@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,13 @@ class ClusterConfig:
     mesh_tls_ca: str = field(
         default="", metadata={"help": "PEM cluster CA: a peer's certificate must chain to it (names unchecked)"}
     )
+    mesh_insecure: bool = field(
+        default=False,
+        metadata={
+            "help": "allow a mesh on a non-loopback address without --mesh-key-file: anyone who reaches the port "
+            "can forge membership and cluster state (a warning is logged at start)"
+        },
+    )
     mesh_profile: Profile = field(default="lan", metadata={"help": "timing profile: lan, wan or local"})
     mesh_probe_interval_s: float = field(
         default=0.0, metadata={"help": "override the profile's probe interval (0: the profile's)"}
@@ -100,10 +108,24 @@ class ClusterConfig:
             raise ValueError(
                 f"mutual TLS needs all of mesh_tls_cert, mesh_tls_key, mesh_tls_ca; missing: {', '.join(missing)}"
             )
+        if self.unprotected and not self.mesh_insecure:
+            raise ValueError(
+                f"mesh_insecure: --mesh-bind {self.mesh_bind} is reachable from other hosts and there is no "
+                "--mesh-key-file, so anyone who can send it a packet can forge members, deaths and cluster state"
+                f"{' (mutual TLS protects TCP streams only, not UDP gossip)' if self.mesh_tls_cert else ''}; "
+                "give every node a keyring with --mesh-key-file, bind a loopback address, or accept the risk "
+                "with --mesh-insecure"
+            )
 
     @property
     def enabled(self) -> bool:
         return bool(self.mesh_bind)
+
+    @property
+    def unprotected(self) -> bool:
+        """The mesh listens where other hosts can reach it and has no keyring: its UDP gossip is forgeable
+        by anyone (mutual TLS covers TCP streams only). Loopback binds are for tests and demos on one host."""
+        return self.enabled and not self.mesh_key_file and not is_loopback(_split(self.mesh_bind)[0])
 
     @property
     def roles(self) -> dict[str, str]:
@@ -118,6 +140,16 @@ class ClusterConfig:
                 raise ValueError(f"role {key!r} given twice")
             out[key] = value
         return out
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (a literal IP or "localhost") is a loopback address (127.0.0.0/8, ::1); a wildcard is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
 
 
 def _split(addr: str) -> tuple[str, int]:
@@ -187,6 +219,14 @@ async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate 
     Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start.
     """
     mesh = Mesh(mesh_config(config), meta=node_meta(config, http_addr), delegate=delegate)
+    if config.unprotected:  # only with --mesh-insecure (ClusterConfig refuses it otherwise)
+        log.warning(
+            "INSECURE MESH: %s is reachable from other hosts without a keyring (--mesh-insecure): anyone who can "
+            "send it a packet can forge members, deaths and cluster state; use --mesh-key-file",
+            config.mesh_bind,
+        )
+    elif not config.mesh_key_file:
+        log.info("mesh on loopback %s without a keyring: gossip is unencrypted (fine on one host)", config.mesh_bind)
     await mesh.start()
     peers = seeds(config)
     joining = asyncio.create_task(_join_forever(mesh, peers), name="mesh-join") if peers else None

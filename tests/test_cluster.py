@@ -13,7 +13,9 @@ def test_every_sibling_joins_all_the_others_and_the_configured_peers() -> None:
 
 
 def test_siblings_are_reached_at_the_advertised_address() -> None:
-    config = ClusterConfig(mesh_bind="0.0.0.0:7000", mesh_advertise="10.1.2.3:8000", process_count=2)
+    config = ClusterConfig(
+        mesh_bind="0.0.0.0:7000", mesh_advertise="10.1.2.3:8000", process_count=2, mesh_insecure=True
+    )
     assert seeds(config) == ["10.1.2.3:8001"]
 
 
