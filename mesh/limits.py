@@ -39,6 +39,15 @@ TAG_BYTES: Final = 16
 #: Bytes an encrypted packet adds around its plaintext: the ENCRYPTED type byte, nonce and tag.
 ENCRYPTION_OVERHEAD: Final = 1 + NONCE_BYTES + TAG_BYTES
 
+#: Plaintext bytes per sealed chunk of a large encrypted stream frame (ENCRYPTED_CHUNKS). A receiver reads
+#: and authenticates the first chunk before it accepts more, so a stranger without the key makes it hold at
+#: most one sealed chunk per stream. 64 KiB holds the push-pull of ~80 members: most frames are one chunk.
+STREAM_SEAL_CHUNK_BYTES: Final = 64 * 1024
+
+#: What an inbound stream may send before it is authenticated: one sealed chunk (a small encrypted frame is
+#: sealed whole, as one such chunk, so older nodes still read it).
+MAX_PREAUTH_BYTES: Final = STREAM_SEAL_CHUNK_BYTES + NONCE_BYTES + TAG_BYTES
+
 #: Compound message header: type byte + part count byte.
 COMPOUND_HEADER_BYTES: Final = 2
 
@@ -112,9 +121,11 @@ MAX_INBOUND_BUFFER_BYTES: Final = 2 * MAX_STREAM_FRAME_BYTES
 #: so a connection holds no more than it has actually sent.
 STREAM_READ_CHUNK_BYTES: Final = 64 * 1024
 
-#: The 6-byte frame header must arrive this soon after the connection is accepted: a member writes its
-#: whole request at once, so only an idle or hostile connection takes longer (capped by tcp_timeout_s).
-STREAM_HEADER_TIMEOUT_S: Final = 2.0
+#: The frame header and the first MAX_PREAUTH_BYTES of the payload (what authenticates the stream) must
+#: arrive this soon after the connection is accepted: a member writes its whole request at once, 64 KiB take
+#: milliseconds on a LAN and well under a second on a WAN link, so only an idle or hostile connection takes
+#: longer (capped by tcp_timeout_s).
+STREAM_PREAUTH_TIMEOUT_S: Final = 2.0
 
 #: At most one log line per this many seconds for each kind of refused input (streams refused, malformed
 #: packets, implausible incarnations); the counters in MeshMetrics count every one.

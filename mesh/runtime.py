@@ -98,6 +98,7 @@ class Mesh:
             config.bind_port,
             on_packet=self._on_packet,
             on_stream=self._on_stream,
+            admit_stream=self._admit_stream,
             stream_timeout_s=config.tcp_timeout_s,
             tls=tls,
         )
@@ -241,6 +242,15 @@ class Mesh:
             reply = None
         self._pump()
         return reply
+
+    def _admit_stream(self, prefix: bytes, addr: str) -> bool:
+        if self._swim is None:
+            return False
+        try:
+            return self._swim.admit_stream(self._now(), prefix, addr)
+        except Exception:
+            log.exception("mesh: stream admission failed")
+            return False
 
     def _on_timer(self) -> None:
         self._timer = None

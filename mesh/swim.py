@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from mesh.actions import Action
 from mesh.awareness import Awareness
 from mesh.broadcast import BroadcastQueue
-from mesh.codec import encode_message, open_frame, open_packet, seal_frame
+from mesh.codec import check_frame_prefix, encode_message, open_frame, open_packet, seal_frame
 from mesh.config import MeshConfig
 from mesh.delegate import Delegate, EventDelegate
 from mesh.errors import DecodeError, DecryptError, MeshStateError
@@ -205,6 +205,24 @@ class Swim:
         for msg in messages:
             if isinstance(msg, Ping | IndirectPing):
                 self._dispatch(now, msg, from_addr)
+
+    def admit_stream(self, now: float, prefix: bytes, from_addr: str) -> bool:
+        """Whether to read the rest of an inbound stream frame, given its header and first
+        min(length, MAX_PREAUTH_BYTES) payload bytes: with a keyring, only once they authenticate. A refusal
+        is counted and logged like a bad frame."""
+        if self._stopped:
+            return False
+        try:
+            check_frame_prefix(prefix, self._keyring)
+        except DecryptError as exc:
+            self._counters.decrypt_failures += 1
+            self._refusals.refused(now, "undecryptable stream dropped", f"{exc} (from {from_addr})")
+            return False
+        except DecodeError as exc:
+            self._counters.malformed_packets += 1
+            self._refusals.refused(now, "malformed stream dropped", f"{exc} (from {from_addr})", logging.INFO)
+            return False
+        return True
 
     def handle_stream(self, now: float, frame: bytes, from_addr: str) -> bytes | None:
         """One inbound stream request frame; returns the reply frame, or None to just close."""

@@ -8,10 +8,12 @@ With TLS contexts (mesh/tls.py) every stream is mutual TLS, both ways; a failed 
 logged, never raised past the listener.
 
 Inbound streams are bounded before anything is known of the peer (mesh/limits.py): at most
-MAX_INBOUND_STREAMS at once and MAX_INBOUND_STREAMS_PER_HOST per address, the frame header within
-STREAM_HEADER_TIMEOUT_S, the whole request within the stream timeout, and the frame body read in pieces
-accounted against one budget (MAX_INBOUND_BUFFER_BYTES) shared by all inbound streams. A stream over a bound
-is closed, counted (``streams_refused``) and logged (rate-limited).
+MAX_INBOUND_STREAMS at once and MAX_INBOUND_STREAMS_PER_HOST per address; the frame header and its first
+MAX_PREAUTH_BYTES within STREAM_PREAUTH_TIMEOUT_S, then handed to ``admit`` (the core authenticates them
+with the keyring) before anything more is read; the whole request within the stream timeout; the frame
+read in pieces accounted against one budget (MAX_INBOUND_BUFFER_BYTES) shared by all inbound streams. A
+stream over a bound is closed, counted (``streams_refused``) and logged (rate-limited); one that does not
+authenticate is closed and counted by the core.
 
 Outgoing streams leave from the bind address when it is a specific one, so peers see the address we
 advertise (several members on 127.0.0.x of one host).
@@ -35,8 +37,9 @@ from mesh.limits import (
     MAX_INBOUND_BUFFER_BYTES,
     MAX_INBOUND_STREAMS,
     MAX_INBOUND_STREAMS_PER_HOST,
+    MAX_PREAUTH_BYTES,
     STREAM_HEADER_BYTES,
-    STREAM_HEADER_TIMEOUT_S,
+    STREAM_PREAUTH_TIMEOUT_S,
     STREAM_READ_CHUNK_BYTES,
 )
 from mesh.ratelog import RefusalLog
@@ -47,6 +50,9 @@ log = logging.getLogger(__name__)
 PacketCallback = Callable[[bytes, str], None]
 #: Called with a whole inbound frame (or just its header if the header is unacceptable); returns the reply.
 StreamCallback = Callable[[bytes, str], "bytes | None"]
+#: Called with an inbound frame's header, then with it and its first min(length, MAX_PREAUTH_BYTES) payload
+#: bytes: whether to read on (False: close the stream; the callee counts why).
+AdmitCallback = Callable[[bytes, str], bool]
 
 #: Attempts to find a port free for both UDP and TCP when binding port 0.
 _BIND_ATTEMPTS = 16
@@ -112,7 +118,9 @@ class _Streams:
     ``timeout_s``; over mutual TLS when given a server context, the handshake bounded by ``timeout_s`` too.
     Every bound of the module docstring is enforced here."""
 
-    def __init__(self, on_stream: StreamCallback, timeout_s: float, tls: ssl.SSLContext | None) -> None:
+    def __init__(
+        self, on_stream: StreamCallback, admit: AdmitCallback, timeout_s: float, tls: ssl.SSLContext | None
+    ) -> None:
         self.handlers: set[asyncio.Task[None]] = set()
         self.tls_failures = 0
         self.refused = 0
@@ -120,6 +128,7 @@ class _Streams:
         self.buffered = 0
         self._per_host: dict[str, int] = {}
         self._on_stream = on_stream
+        self._admit = admit
         self._timeout_s = timeout_s
         self._tls = tls
         self._refusals = RefusalLog(log)
@@ -167,18 +176,8 @@ class _Streams:
         held = [0]  # bytes of this stream counted in self.buffered
         try:
             async with asyncio.timeout(self._timeout_s):
-                try:
-                    async with asyncio.timeout(min(STREAM_HEADER_TIMEOUT_S, self._timeout_s)):
-                        header = await reader.readexactly(STREAM_HEADER_BYTES)
-                except TimeoutError:
-                    raise _Refused(f"no frame header within {STREAM_HEADER_TIMEOUT_S:g} s") from None
-                try:
-                    length = frame_length(header)
-                except DecodeError:
-                    frame = header  # let the core count it as malformed
-                else:
-                    frame = header + await self._read_body(reader, length, held)
-                reply = self._on_stream(frame, peer)
+                frame = await self._read_frame(reader, peer, held)
+                reply = None if frame is None else self._on_stream(frame, peer)
                 if reply is not None:
                     writer.write(reply)
                     await writer.drain()
@@ -196,11 +195,30 @@ class _Streams:
                 del self._per_host[host]
             writer.close()
 
-    async def _read_body(self, reader: asyncio.StreamReader, length: int, held: list[int]) -> bytes:
-        """Read ``length`` bytes in pieces, each counted in ``buffered`` (and ``held[0]``) before it is read.
+    async def _read_frame(self, reader: asyncio.StreamReader, peer: str, held: list[int]) -> bytes | None:
+        """The whole frame (just its header if the header is unacceptable, for the core to count), or None if
+        ``admit`` refused its first bytes. Raises _Refused, IncompleteReadError, OSError."""
+        try:
+            async with asyncio.timeout(min(STREAM_PREAUTH_TIMEOUT_S, self._timeout_s)):
+                header = await reader.readexactly(STREAM_HEADER_BYTES)
+                try:
+                    length = frame_length(header)
+                except DecodeError:
+                    return header
+                if not self._admit(header, peer):  # e.g. plaintext to a keyed member: no need to read on
+                    return None
+                parts = [header]
+                await self._read_into(parts, reader, min(length, MAX_PREAUTH_BYTES), held)
+        except TimeoutError:
+            raise _Refused(f"not authenticated within {STREAM_PREAUTH_TIMEOUT_S:g} s") from None
+        if not self._admit(b"".join(parts), peer):
+            return None
+        await self._read_into(parts, reader, length - min(length, MAX_PREAUTH_BYTES), held)
+        return b"".join(parts)
 
-        Raises _Refused when the shared budget is exhausted, IncompleteReadError/OSError from the socket."""
-        parts: list[bytes] = []
+    async def _read_into(self, parts: list[bytes], reader: asyncio.StreamReader, length: int, held: list[int]) -> None:
+        """Append ``length`` bytes to ``parts`` in pieces, each counted in ``buffered`` (and ``held[0]``)
+        before it is read. Raises _Refused when the shared budget is exhausted, IncompleteReadError/OSError."""
         remaining = length
         while remaining:
             size = min(STREAM_READ_CHUNK_BYTES, remaining)
@@ -210,7 +228,6 @@ class _Streams:
             held[0] += size
             parts.append(await reader.readexactly(size))
             remaining -= size
-        return b"".join(parts)
 
 
 class AsyncioTransport:
@@ -256,12 +273,13 @@ class AsyncioTransport:
         *,
         on_packet: PacketCallback,
         on_stream: StreamCallback,
+        admit_stream: AdmitCallback,
         stream_timeout_s: float,
         tls: TlsContexts | None = None,
     ) -> AsyncioTransport:
         """Listen on ``host:port`` (port 0: a free port for both protocols). Raises TransportError."""
         loop = asyncio.get_running_loop()
-        streams = _Streams(on_stream, stream_timeout_s, None if tls is None else tls.server)
+        streams = _Streams(on_stream, admit_stream, stream_timeout_s, None if tls is None else tls.server)
         last_error: OSError | None = None
         for _ in range(_BIND_ATTEMPTS if port == 0 else 1):
             server: asyncio.Server | None = None

@@ -240,5 +240,6 @@ def test_message_types_are_append_only() -> None:
         "COMPOUND": 9,
         "USER": 10,
         "ENCRYPTED": 11,
+        "ENCRYPTED_CHUNKS": 12,
     }
     assert {s.name: s.value for s in MemberState} == {"ALIVE": 0, "SUSPECT": 1, "DEAD": 2, "LEFT": 3}
