@@ -76,7 +76,7 @@ async def flood(
     host: str, port: int, streams: int, *, sources: int = 1, encrypted: bool = False, duration_s: float = FLOOD_S
 ) -> int:
     """Run the flood from ``sources`` addresses; returns how many streams the node closed before ``duration_s``."""
-    msg_type = MessageType.ENCRYPTED if encrypted else MessageType.PUSH_PULL
+    msg_type = MessageType.ENCRYPTED_CHUNKS if encrypted else MessageType.PUSH_PULL
     length = MAX_STREAM_FRAME_BYTES
     header = struct.pack(">BBI", PROTOCOL_VERSION, msg_type, length)
     deadline = time.monotonic() + duration_s
