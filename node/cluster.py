@@ -20,8 +20,9 @@ from mesh.config import MeshConfig
 from mesh.delegate import Delegate
 from mesh.errors import JoinError, KeyringError
 from mesh.keyring import Keyring
-from mesh.member import NodeMeta, check_addr
+from mesh.member import NodeMeta, check_addr, check_member_addr
 from mesh.runtime import Mesh
+from mesh.transport import WILDCARD_HOSTS, join_addr
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,18 @@ class ClusterConfig:
             host, _, port = self.mesh_bind.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"mesh_bind: expected host:port, got {self.mesh_bind!r}")
-        for addr in (self.mesh_advertise, *self.join):
-            if addr:
-                check_addr(addr)
+            if not self.mesh_advertise and host.strip("[]") not in WILDCARD_HOSTS:
+                try:  # advertised as is: members gossip literal IP addresses, never names
+                    check_member_addr(join_addr(host.strip("[]"), int(port) or 1))
+                except ValueError as exc:
+                    raise ValueError(f"mesh_bind: {exc} (or give --mesh-advertise IP:PORT)") from None
+        for addr in self.join:  # seeds may be names: joining resolves them
+            check_addr(addr)
+        if self.mesh_advertise:
+            try:
+                check_member_addr(self.mesh_advertise)
+            except ValueError as exc:
+                raise ValueError(f"mesh_advertise: {exc}") from None
         try:
             NodeMeta.create(version=node_version(), roles=self.roles)
         except ValueError as exc:
