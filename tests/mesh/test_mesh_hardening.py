@@ -240,50 +240,65 @@ def decode_frame(data: bytes) -> Message | None:
         return None
 
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: A few hundred cases by default (seconds); thousands under `-m slow`.
+EXAMPLES = [300, pytest.param(5_000, marks=pytest.mark.slow)]
 
 
-@FUZZ
-@given(st.binary(max_size=1500))
-def test_any_bytes_as_a_packet_or_a_stream_never_raise_nor_add_a_member(data: bytes) -> None:
-    swim = fresh()
-    swim.handle_packet(1.0, data, FORGER)
-    check_fed(swim, data, decode_packet(data), {"me"})
-    reply = swim.handle_stream(1.0, data, FORGER)
-    assert reply is None or open_frame(reply, None) is not None
-    check_fed(swim, data, decode_frame(data), {"me"})
+def fuzz(examples: int) -> settings:
+    return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@FUZZ
-@given(st.lists(messages, min_size=1, max_size=4), st.data())
-def test_mutated_valid_packets_never_raise_nor_make_junk_members(msgs: list[Message], data: st.DataObject) -> None:
-    swim = fresh()
-    raw = mutated(data, packet(*msgs))
-    swim.handle_packet(1.0, raw, FORGER)
-    check_fed(swim, raw, decode_packet(raw), {"me"})
-    me = swim.member("me")
-    assert me is not None and me.state == ALIVE  # no accusation, however forged, makes us give up
-    assert swim.incarnation <= MAX_ACCUSED_INCARNATION + 1
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_any_bytes_as_a_packet_or_a_stream_never_raise_nor_add_a_member(examples: int) -> None:
+    @fuzz(examples)
+    @given(st.binary(max_size=1500))
+    def run(data: bytes) -> None:
+        swim = fresh()
+        swim.handle_packet(1.0, data, FORGER)
+        check_fed(swim, data, decode_packet(data), {"me"})
+        reply = swim.handle_stream(1.0, data, FORGER)
+        assert reply is None or open_frame(reply, None) is not None
+        check_fed(swim, data, decode_frame(data), {"me"})
+
+    run()
 
 
-@FUZZ
-@given(
-    st.lists(
-        st.builds(PushPullMember, names.filter(bool), addrs, st.just(META), st.integers(0, MAX_U32),
-                  st.sampled_from(MemberState)),
-        max_size=4,
-    ),
-    st.data(),
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_mutated_valid_packets_never_raise_nor_make_junk_members(examples: int) -> None:
+    @fuzz(examples)
+    @given(st.lists(messages, min_size=1, max_size=4), st.data())
+    def run(msgs: list[Message], data: st.DataObject) -> None:
+        swim = fresh()
+        raw = mutated(data, packet(*msgs))
+        swim.handle_packet(1.0, raw, FORGER)
+        check_fed(swim, raw, decode_packet(raw), {"me"})
+        me = swim.member("me")
+        assert me is not None and me.state == ALIVE  # no accusation, however forged, makes us give up
+        assert swim.incarnation <= MAX_ACCUSED_INCARNATION + 1
+
+    run()
+
+
+push_pull_members = st.lists(
+    st.builds(PushPullMember, names.filter(bool), addrs, st.just(META), st.integers(0, MAX_U32),
+              st.sampled_from(MemberState)),
+    max_size=4,
 )  # fmt: skip
-def test_mutated_push_pulls_never_raise_nor_make_junk_members(
-    members: list[PushPullMember], data: st.DataObject
-) -> None:
-    swim = fresh()
-    try:
-        raw = seal_frame(encode_message(PushPull(False, tuple(members), b"")), None)
-    except ValueError:  # a name or address too long to encode at all
-        return
-    raw = mutated(data, raw)
-    swim.handle_stream(1.0, raw, FORGER)
-    check_fed(swim, raw, decode_frame(raw), {"me"})
-    assert swim.member("me").state == ALIVE  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_mutated_push_pulls_never_raise_nor_make_junk_members(examples: int) -> None:
+    @fuzz(examples)
+    @given(push_pull_members, st.data())
+    def run(members: list[PushPullMember], data: st.DataObject) -> None:
+        swim = fresh()
+        try:
+            raw = seal_frame(encode_message(PushPull(False, tuple(members), b"")), None)
+        except ValueError:  # a name or address too long to encode at all
+            return
+        raw = mutated(data, raw)
+        swim.handle_stream(1.0, raw, FORGER)
+        check_fed(swim, raw, decode_frame(raw), {"me"})
+        assert swim.member("me").state == ALIVE  # type: ignore[union-attr]
+
+    run()
