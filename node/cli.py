@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from node import configload
 from node.cluster import ClusterConfig
 from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
+from node.http.limits import RequestLimits
 from node.http.tenancy import ApiConfig
 from node.logs import setup_logging
 from node.pipeline.token_cache import TokenizerCacheConfig
@@ -57,6 +58,7 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
         tokenizer_cache=_build(TokenizerCacheConfig, args, values),
         storage=_build(StorageConfig, args, values),
         api=_build(ApiConfig, args, values),
+        limits=_build(RequestLimits, args, values),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from node.cluster import ClusterConfig
+from node.http.limits import RequestLimits
 from node.http.tenancy import ApiConfig
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
@@ -164,6 +165,7 @@ class NodeConfig:
     tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    limits: RequestLimits = field(default_factory=RequestLimits)
 
 
 NODE_COMPONENTS: tuple[type, ...] = (
@@ -175,5 +177,6 @@ NODE_COMPONENTS: tuple[type, ...] = (
     ClusterConfig,
     StorageConfig,
     ApiConfig,
+    RequestLimits,
     LogConfig,
 )
