@@ -75,11 +75,12 @@ async def read_json(request: web.Request, kind: type[T], max_bytes: int) -> T:
     if len(body) > max_bytes:
         raise PayloadTooLarge(f"Request body of {len(body)} bytes exceeds the limit of {max_bytes}.")
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    data: bytes | bytearray = body
     if encoding not in ("", "identity"):
-        body = await asyncio.to_thread(inflate, body, encoding, max_bytes)
+        data = await asyncio.to_thread(inflate, body, encoding, max_bytes)
     limits = request.config_dict.get(REQUEST_LIMITS, _DEFAULT_LIMITS)
     try:
-        value = msgspec.json.decode(body, type=kind)
+        value = msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as exc:
         raise from_validation(exc) from exc
     except msgspec.DecodeError as exc:

@@ -18,6 +18,9 @@ from node.errors import InvalidRequest, PayloadTooLarge, UnsupportedEncoding
 from node.http.openai_types import ChatCompletionRequest, CompletionRequest, SamplingFields
 from node.http.responses_types import ConversationCreateRequest, ItemsCreateRequest, ResponsesRequest
 
+# Output of one inflate step: small against any body limit, large enough that the steps cost nothing.
+_INFLATE_STEP_BYTES = 1 << 20
+
 
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
@@ -226,7 +229,7 @@ def _responses(req: ResponsesRequest, limits: RequestLimits) -> None:
     _depth("chat_template_kwargs", req.chat_template_kwargs, limits.max_json_depth)
 
 
-def inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
+def inflate(body: bytes, encoding: str, max_bytes: int) -> bytearray:
     """Decompress a request body (``Content-Encoding``: gzip, x-gzip or deflate), never past ``max_bytes``
     of output: the work and memory are bounded by the limit, not by the compression ratio (a 1 MB gzip body
     can inflate to 1 GiB). CPU-bound: callers run it off the event loop.
@@ -241,23 +244,25 @@ def inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
         raise UnsupportedEncoding(
             f"Content-Encoding {encoding!r} is not supported; send identity, gzip or deflate.", param=None
         )
-    out: list[bytes] = []
-    size = 0
+    # Inflated in steps into one growing buffer: the peak is the output plus one step, never twice the output.
+    out = bytearray()
     rest = body
     try:
         while rest:  # a gzip body may hold several members, one after another
             inflater = zlib.decompressobj(wbits)
-            chunk = inflater.decompress(rest, max_bytes + 1 - size)
-            size += len(chunk)
-            if size > max_bytes:
-                raise PayloadTooLarge(f"Request body inflates to more than the limit of {max_bytes} bytes.")
-            if not inflater.eof:
-                raise InvalidRequest(f"The {encoding} request body is truncated.")
-            out.append(chunk)
+            pending = rest
+            while not inflater.eof:
+                chunk = inflater.decompress(pending, _INFLATE_STEP_BYTES)
+                out += chunk
+                if len(out) > max_bytes:
+                    raise PayloadTooLarge(f"Request body inflates to more than the limit of {max_bytes} bytes.")
+                pending = inflater.unconsumed_tail
+                if not pending and not chunk:
+                    raise InvalidRequest(f"The {encoding} request body is truncated.")
             rest = inflater.unused_data
     except zlib.error as exc:
         raise InvalidRequest(f"The request body is not valid {encoding} data ({exc}).") from exc
-    return b"".join(out)
+    return out
 
 
 def check_request(body: object, limits: RequestLimits) -> None:
