@@ -15,6 +15,8 @@ from node.http.limits import RequestLimits
 from node.http.tenancy import ApiConfig
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
+from node.workers.deadlines import DeadlineConfig
+from node.workers.retry import RetryConfig
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
@@ -165,6 +167,8 @@ class NodeConfig:
     tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
 
 
@@ -177,6 +181,8 @@ NODE_COMPONENTS: tuple[type, ...] = (
     ClusterConfig,
     StorageConfig,
     ApiConfig,
+    DeadlineConfig,
+    RetryConfig,
     RequestLimits,
     LogConfig,
 )
