@@ -8,7 +8,7 @@ fields) are msgspec constraints on the request types instead; the body size is `
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -103,8 +103,8 @@ def _over(param: str, what: str, value: int, limit: int, name: str, *, unit: str
     )
 
 
-def _count(param: str, items: Iterable[Any] | None, limit: int, name: str) -> None:
-    if items is not None and isinstance(items, list | str) and len(items) > limit:
+def _count(param: str, items: Sized | None, limit: int, name: str) -> None:
+    if items is not None and len(items) > limit:
         raise _over(param, "holds", len(items), limit, name)
 
 
@@ -144,14 +144,15 @@ def _stops(req: SamplingFields, limits: RequestLimits) -> None:
         raise _over("stop", "totals", total, limits.max_stop_chars_total, "max_stop_chars_total")
 
 
-def _sampling(req: SamplingFields, limits: RequestLimits, choices: int, max_tokens: int | None, param: str) -> None:
+def _sampling(
+    req: SamplingFields, limits: RequestLimits, *, choices: int, max_tokens: int | None, param: str, logprobs: bool
+) -> None:
+    """n, stops, and ``choices`` x ``max_tokens`` (an omitted max_tokens is capped by `output_cap` instead)."""
     if req.n > limits.max_n:
         raise _over("n", "is", req.n, limits.max_n, "max_n")
     _stops(req, limits)
     _count("stop_token_ids", req.stop_token_ids, limits.max_stop_strings, "max_stop_strings")
     if max_tokens is not None:
-        wanted = getattr(req, "logprobs", None)  # chat: a bool; completions: an int, 0 included
-        logprobs = wanted is True or (isinstance(wanted, int) and not isinstance(wanted, bool))
         name = "max_logprob_tokens_total" if logprobs else "max_output_tokens_total"
         limit = limits.max_logprob_tokens_total if logprobs else limits.max_output_tokens_total
         if choices * max_tokens > limit:
@@ -179,7 +180,7 @@ def _chat(req: ChatCompletionRequest, limits: RequestLimits) -> None:
         requested, param = req.max_completion_tokens, "max_completion_tokens"
     else:
         requested, param = req.max_tokens, "max_tokens"
-    _sampling(req, limits, req.n, requested, param)
+    _sampling(req, limits, choices=req.n, max_tokens=requested, param=param, logprobs=req.logprobs)
     if req.top_logprobs is not None and req.top_logprobs > limits.max_top_logprobs:
         raise _over("top_logprobs", "is", req.top_logprobs, limits.max_top_logprobs, "max_top_logprobs")
     _count("messages", req.messages, limits.max_messages, "max_messages")
@@ -196,7 +197,14 @@ def _completion(req: CompletionRequest, limits: RequestLimits) -> None:
     prompts = len(req.prompt) if isinstance(req.prompt, list) and req.prompt and not _is_ids(req.prompt) else 1
     if prompts > limits.max_prompts:
         raise _over("prompt", "holds", prompts, limits.max_prompts, "max_prompts")
-    _sampling(req, limits, req.n * prompts, req.max_tokens, "max_tokens")
+    _sampling(
+        req,
+        limits,
+        choices=req.n * prompts,
+        max_tokens=req.max_tokens,
+        param="max_tokens",
+        logprobs=req.logprobs is not None,  # 0 too: the sampled token's logprob
+    )
     if req.logprobs is not None and req.logprobs > limits.max_top_logprobs:
         raise _over("logprobs", "is", req.logprobs, limits.max_top_logprobs, "max_top_logprobs")
     _depth("prompt", req.prompt, limits.max_json_depth)  # the shape itself is checked by the endpoint
@@ -221,7 +229,7 @@ def _items(param: str, items: list[Any] | None, limits: RequestLimits) -> None:
 
 
 def _responses(req: ResponsesRequest, limits: RequestLimits) -> None:
-    _sampling(req, limits, req.n, req.max_output_tokens, "max_output_tokens")
+    _sampling(req, limits, choices=req.n, max_tokens=req.max_output_tokens, param="max_output_tokens", logprobs=False)
     if isinstance(req.input, list):
         _items("input", req.input, limits)
     _tools("tools", req.tools, limits)

@@ -120,7 +120,7 @@ def post_cases(draw: st.DrawFn) -> tuple[str, bytes, dict[str, str]]:
     for _ in range(draw(st.integers(0, 3))):
         body = draw(mutated(body))
     if path == "/workers" and isinstance(body, dict) and str(body.get("url", "")).startswith("grpc"):
-        body["url"] = "http://not-a-worker:1"
+        body = {**body, "url": "http://not-a-worker:1"}
     raw = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     damage = draw(st.sampled_from(["none"] * 6 + ["truncate", "bytes", "utf8", "nest", "gzip", "bad-gzip", "br"]))
@@ -194,6 +194,7 @@ def test_mutated_requests_get_no_5xx_and_4xx_in_the_envelope(node_process: NodeP
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_mutated_requests_thousands(node_process: NodeProcess, conversation: str) -> None:
     SLOW(given(post_cases())(_post_case(node_process, conversation)))()
     _alive_and_bounded(node_process)
@@ -270,6 +271,7 @@ def test_raw_bytes_get_no_5xx_and_4xx_in_the_envelope(node_process: NodeProcess)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_raw_bytes_thousands(node_process: NodeProcess) -> None:
     settings(SLOW, max_examples=3000)(given(raw_requests())(_raw_case(node_process)))()
     _alive_and_bounded(node_process)
