@@ -18,10 +18,9 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
-from mesh.runtime import Mesh
-from node.cluster import publish_http_addr, run_mesh
-from node.cluster_state import SharedState, open_shared_state, run_ticker
+from mesh import Mesh
+from node.cluster.member import publish_http_addr, run_mesh
+from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
@@ -70,7 +69,7 @@ async def run_node(
         supervisor = Supervisor()
         mesh, channels = None, None
         if config.cluster.enabled:
-            channels = Channels()
+            channels = mesh_delegate()
             bind_http = f"{config.http.host}:{config.http.port}"
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
         routing = config.routing
@@ -84,7 +83,7 @@ async def run_node(
                 routing.page_size_tokens,
                 ttl_s=routing.affinity_hint_ttl_s,
                 max_entries=routing.affinity_hint_max_entries,
-                max_message_bytes=MAX_CHANNEL_MSG_BYTES,
+                max_message_bytes=HINT_MAX_MESSAGE_BYTES,
             )
         shared = open_shared_state(
             mesh=mesh,

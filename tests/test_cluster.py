@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.cluster import ClusterConfig, mesh_config, seeds
+from node.cluster.config import ClusterConfig, mesh_config, seeds
 
 
 def test_every_sibling_joins_all_the_others_and_the_configured_peers() -> None:

@@ -11,8 +11,9 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
+from node.config import RequestLimits
 from node.errors import GatewayError, InvalidRequest, PayloadTooLarge
-from node.http.limits import RequestLimits, check_request, inflate
+from node.http.limits import check_request, inflate
 
 log = logging.getLogger(__name__)
 

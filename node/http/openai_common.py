@@ -8,12 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from node.config import RequestLimits
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
-from node.http.limits import RequestLimits
 from node.http.openai_types import SamplingFields
 from node.pipeline.cpu import CpuPool
 from node.pipeline.generate import TokenLogprob, Usage
 from node.pipeline.served_model import ServedModel
+from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.pool import WorkerPool
 from node.workers.types import SamplingParams
 
@@ -173,7 +174,7 @@ class ApiContext:
     max_body_bytes: int
     limits: RequestLimits = field(default_factory=RequestLimits)
     on_usage: Callable[[Usage], None] = _ignore_usage
-    routing_key_header: str = "x-smg-routing-key"
+    routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER
 
 
 class GenerationApi:

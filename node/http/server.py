@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import msgspec
 from aiohttp import web
 
+from node.config import RequestLimits
 from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body, error_middleware
 from node.http.history import History
-from node.http.limits import RequestLimits
 from node.http.openai_chat import ChatCompletions
 from node.http.openai_common import ApiContext
 from node.http.openai_completions import Completions
@@ -20,6 +20,7 @@ from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel
+from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.pool import WorkerPool
 from storage.base import Stores
 
@@ -35,7 +36,7 @@ def build_app(
     cpu: CpuPool,
     metrics: NodeMetrics,
     max_body_bytes: int,
-    routing_key_header: str = "x-smg-routing-key",
+    routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER,
     stores: Stores,
     tenancy: ApiConfig,
     limits: RequestLimits | None = None,

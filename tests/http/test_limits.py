@@ -18,8 +18,8 @@ import pytest
 import pytest_asyncio
 
 from node.app import run_node
+from node.config import RequestLimits
 from node.configload import ConfigError, build
-from node.http.limits import RequestLimits
 from node.sim.worker import SimWorker
 from tests.http.conftest import Cluster, fast_sim, node_config
 
