@@ -23,6 +23,7 @@ from node.cluster.member import publish_http_addr, run_mesh
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
 from node.http.mesh_routes import add_mesh_routes
+from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
@@ -160,11 +161,12 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            limits=config.limits,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
-        runner = web.AppRunner(
+        runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )
         await runner.setup()

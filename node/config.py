@@ -204,6 +204,79 @@ class ApiConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """Per-request bounds. Defaults admit what OpenAI documents and what vLLM clients commonly send."""
+
+    max_n: int = field(default=128, metadata={"help": "largest 'n' (choices per request); OpenAI's documented maximum"})
+    max_output_tokens_total: int = field(
+        default=1 << 20,
+        metadata={
+            "help": "largest n x max_tokens (x prompts, for /v1/completions) one request may ask for; an omitted "
+            "max_tokens defaults to at most this / choices. 1M tokens: any n at a 4k budget, n=8 at 128k"
+        },
+    )
+    max_logprob_tokens_total: int = field(
+        default=1 << 17,
+        metadata={
+            "help": "the same bound when logprobs are requested (each token then carries up to 21 entries "
+            "held until the answer is sent); 128k: one full 128k-context answer"
+        },
+    )
+    max_top_logprobs: int = field(
+        default=20, metadata={"help": "largest top_logprobs (chat) / logprobs (completions); OpenAI's maximum"}
+    )
+    max_stop_strings: int = field(
+        default=64,
+        metadata={"help": "most stop strings per request (OpenAI allows 4, vLLM any number; matched per token)"},
+    )
+    max_stop_chars: int = field(
+        default=1024,
+        metadata={"help": "longest stop string in characters (its text is held back and searched every token)"},
+    )
+    max_stop_chars_total: int = field(default=8192, metadata={"help": "total characters of a request's stop strings"})
+    max_messages: int = field(
+        default=4096,
+        metadata={
+            "help": "most chat messages / Responses input items per request (OpenAI: 2048 messages); each is "
+            "one pass of the chat template"
+        },
+    )
+    max_content_parts: int = field(
+        default=512,
+        metadata={"help": "most content parts in one message (OpenAI accepts up to 500 images per request)"},
+    )
+    max_tools: int = field(default=128, metadata={"help": "most tools per request; OpenAI's documented maximum"})
+    max_tools_bytes: int = field(
+        default=1 << 20,
+        metadata={"help": "total JSON size of a request's tools; all of it is rendered into the prompt"},
+    )
+    max_prompts: int = field(default=64, metadata={"help": "most prompts in one /v1/completions batch"})
+    max_json_depth: int = field(
+        default=64,
+        metadata={
+            "help": "deepest nesting of free-form JSON (tool schemas, chat_template_kwargs, items); deeper "
+            "values overflow recursive consumers (templates, storage encoders)"
+        },
+    )
+    max_request_line_bytes: int = field(
+        default=8190, metadata={"help": "longest HTTP request line (method, path, version); aiohttp's default"}
+    )
+    max_header_bytes: int = field(default=8190, metadata={"help": "longest HTTP header (name and value)"})
+    max_headers: int = field(default=128, metadata={"help": "most HTTP headers per request"})
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value < 1:
+                raise ValueError(f"{f.name} must be >= 1, got {value}")
+
+    def output_cap(self, choices: int, *, logprobs: bool) -> int:
+        """The largest max_tokens each of ``choices`` choices may have (an omitted one defaults to at most this)."""
+        total = self.max_logprob_tokens_total if logprobs else self.max_output_tokens_total
+        return max(1, total // max(1, choices))
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     log_level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata={"help": "log level"})
     log_format: LogFormat = field(default="text", metadata={"help": "log line format"})
@@ -237,6 +310,7 @@ class NodeConfig:
     api: ApiConfig = field(default_factory=ApiConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
+    limits: RequestLimits = field(default_factory=RequestLimits)
     log: LogConfig = field(default_factory=LogConfig)
 
 
