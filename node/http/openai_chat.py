@@ -80,8 +80,8 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
     if req.top_logprobs is not None:
         if not req.logprobs:
             raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
-        if not 0 <= req.top_logprobs <= common.MAX_TOP_LOGPROBS:
-            raise InvalidRequest(f"'top_logprobs' must be in [0, {common.MAX_TOP_LOGPROBS}].", param="top_logprobs")
+        if req.top_logprobs < 0:  # the upper bound is RequestLimits.max_top_logprobs, checked at decode
+            raise InvalidRequest("'top_logprobs' must be >= 0.", param="top_logprobs")
     if req.continue_final_message and req.add_generation_prompt:
         raise InvalidRequest(
             "'continue_final_message' and 'add_generation_prompt' cannot both be true.",

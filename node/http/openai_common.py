@@ -15,8 +15,6 @@ from node.pipeline.events import TokenLogprob, Usage
 from node.pipeline.request import Sampling
 from node.pipeline.served_model import ServedModel
 
-MAX_TOP_LOGPROBS = 20
-
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"

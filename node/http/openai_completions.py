@@ -23,9 +23,6 @@ from node.pipeline.run import Run
 from node.pipeline.served_model import ServedModel
 from node.pipeline.spec import Prepared, PreparedPrompt
 
-MAX_BATCH_PROMPTS = 64
-MAX_COMPLETION_LOGPROBS = 20
-
 
 def _prompts(req: CompletionRequest) -> tuple[TextPrompt | TokenPrompt, ...]:
     """Split `prompt` (str | list[str] | list[int] | list[list[int]]) into prompts (token ids are checked
@@ -47,9 +44,7 @@ def _prompts(req: CompletionRequest) -> tuple[TextPrompt | TokenPrompt, ...]:
             "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists.",
             param="prompt",
         )
-    if len(out) > MAX_BATCH_PROMPTS:
-        raise InvalidRequest(f"'prompt' may hold at most {MAX_BATCH_PROMPTS} prompts.", param="prompt")
-    return tuple(out)
+    return tuple(out)  # how many: RequestLimits.max_prompts, checked at decode
 
 
 def completion_request(req: CompletionRequest) -> GenerateRequest:
@@ -58,8 +53,8 @@ def completion_request(req: CompletionRequest) -> GenerateRequest:
         raise InvalidRequest("'suffix' is not supported by this model.", param="suffix")
     if req.best_of is not None and req.best_of != req.n:
         raise InvalidRequest("'best_of' must equal 'n' (server-side best-of is not supported).", param="best_of")
-    if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
-        raise InvalidRequest(f"'logprobs' must be in [0, {MAX_COMPLETION_LOGPROBS}].", param="logprobs")
+    if req.logprobs is not None and req.logprobs < 0:  # upper bound: RequestLimits.max_top_logprobs
+        raise InvalidRequest("'logprobs' must be >= 0.", param="logprobs")
     return GenerateRequest(
         model=req.model,
         prompts=_prompts(req),

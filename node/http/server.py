@@ -10,10 +10,11 @@ import msgspec
 from aiohttp import web
 from aiohttp.web_urldispatcher import AbstractRoute
 
+from node.config import RequestLimits
 from node.http.adapter import AdapterEnv, AdapterFactory
 from node.http.adapters import ADAPTERS
 from node.http.envelopes import ErrorEnvelope
-from node.http.errors import error_body
+from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body
 from node.http.history import History
 from node.http.middleware import echo_request_id, middleware_chain
 from node.http.tenancy import ApiConfig
@@ -21,6 +22,7 @@ from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel
+from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.deadlines import DeadlineConfig
 from node.workers.pool import WorkerPool
 from node.workers.retry import RetryConfig
@@ -38,23 +40,41 @@ def build_app(
     cpu: CpuPool,
     metrics: NodeMetrics,
     max_body_bytes: int,
-    routing_key_header: str = "x-smg-routing-key",
+    routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER,
     stores: Stores,
     tenancy: ApiConfig,
     adapters: Sequence[AdapterFactory] = ADAPTERS,
     retry: RetryConfig | None = None,
     deadlines: DeadlineConfig | None = None,
+    limits: RequestLimits | None = None,
 ) -> web.Application:
+    limits = limits or RequestLimits()
     # Filled as adapters register their routes below; the error middleware reads it per request.
     envelopes: dict[AbstractRoute, ErrorEnvelope] = {}
     chain = middleware_chain(
         metrics=metrics.middleware(), envelopes=envelopes, tenancy=tenancy, routing_key_header=routing_key_header
     )
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in the API's envelope past it.
-    app = web.Application(middlewares=chain, client_max_size=max_body_bytes + 1)
+    app = web.Application(
+        middlewares=chain,
+        client_max_size=max_body_bytes + 1,
+        handler_args={
+            **NO_AUTO_DECOMPRESS,
+            "max_line_size": limits.max_request_line_bytes,
+            "max_field_size": limits.max_header_bytes,
+            "max_headers": limits.max_headers,
+        },
+    )
+    app[REQUEST_LIMITS] = limits
     app.on_response_prepare.append(echo_request_id)
     pipeline = Pipeline(
-        models=models, pool=pool, cpu=cpu, on_usage=metrics.observe_usage, retry=retry, deadlines=deadlines
+        models=models,
+        pool=pool,
+        cpu=cpu,
+        limits=limits,
+        on_usage=metrics.observe_usage,
+        retry=retry,
+        deadlines=deadlines,
     )
     env = AdapterEnv(pipeline=pipeline, max_body_bytes=max_body_bytes, history=History(stores), tenancy=tenancy)
     for make_adapter in adapters:

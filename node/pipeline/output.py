@@ -21,7 +21,7 @@ from node.errors import WorkerAborted, WorkerProtocolError
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.events import ContentDelta, Event, Finish, TokenLogprob, Usage
 from node.pipeline.spec import GenerateSpec
-from node.pipeline.stops import StopMatcher
+from node.pipeline.stops import StopMatcher, StopSet
 from node.pipeline.tokenizer import Tokenizer
 from node.workers.types import TokenLogprobs, WorkerOutput
 
@@ -88,6 +88,7 @@ class OutputProcessor:
         self._offset = index_offset
         self.usage = Usage(prompt_tokens=len(spec.prompt_ids))
         n = spec.params.n
+        stop_set = StopSet(spec.stops)  # built once, shared by the n choices' matchers
         self._choices = [
             _Choice(
                 detok=IncrementalDetokenizer(
@@ -95,7 +96,7 @@ class OutputProcessor:
                     skip_special_tokens=spec.params.skip_special_tokens,
                     prompt_ids=spec.prompt_ids[-PROMPT_CONTEXT_IDS:],
                 ),
-                stops=StopMatcher(spec.stops, include_stop_str=spec.include_stop_str) if spec.stops else None,
+                stops=StopMatcher(stop_set, include_stop_str=spec.include_stop_str) if stop_set else None,
                 stages=stages(spec) if stages is not None else (),
             )
             for _ in range(n)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from node.config import RequestLimits
 from node.pipeline.context import RequestContext
 from node.pipeline.cpu import CpuPool
 from node.pipeline.dispatch import DispatchConfig
@@ -42,6 +43,7 @@ class Pipeline:
         models: Sequence[ServedModel],
         pool: WorkerPool,
         cpu: CpuPool,
+        limits: RequestLimits | None = None,
         on_usage: Callable[[Usage], None] = _ignore_usage,
         retry: RetryConfig | None = None,
         deadlines: DeadlineConfig | None = None,
@@ -51,7 +53,7 @@ class Pipeline:
         """``rng`` draws the retry backoff (a seeded one makes it reproducible); ``stages`` makes each
         choice's text stages (reasoning, tool calls; none by default)."""
         self.models = tuple(models)
-        self._prepare = Prepare(models, cpu)
+        self._prepare = Prepare(models, cpu, limits or RequestLimits())
         self._pool = pool
         self._on_usage = on_usage
         self._dispatch = DispatchConfig(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from node.config import RequestLimits
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from node.pipeline.context import RequestContext
 from node.pipeline.cpu import CpuPool
@@ -19,8 +20,6 @@ from node.pipeline.spec import GenerateSpec, Prepared, PreparedPrompt
 from node.pipeline.template import TemplateError
 from node.workers.types import SamplingParams
 
-MAX_N = 128
-MAX_STOP_STRINGS = 64
 _SEED_MASK = (1 << 31) - 1  # the engine contract carries an int32 seed
 
 
@@ -34,7 +33,8 @@ def _range(name: str, value: float | None, lo: float, hi: float, *, lo_open: boo
 
 def check_sampling(s: Sampling, model: ServedModel) -> None:
     """Range checks OpenAI (and vLLM, for its extensions) apply, stop strings, stop token ids in the
-    vocabulary. Raises InvalidRequest naming the field."""
+    vocabulary (counts and sizes are the request limits', checked at decode: node/http/limits.py). Raises
+    InvalidRequest naming the field."""
     _range("temperature", s.temperature, 0.0, 2.0)
     _range("top_p", s.top_p, 0.0, 1.0, lo_open=True)
     _range("min_p", s.min_p, 0.0, 1.0)
@@ -43,28 +43,27 @@ def check_sampling(s: Sampling, model: ServedModel) -> None:
     _range("repetition_penalty", s.repetition_penalty, 0.0, 2.0**31, lo_open=True)
     if s.top_k is not None and s.top_k < -1:
         raise InvalidRequest(f"'top_k' must be -1 (disabled) or >= 0, got {s.top_k}.", param="top_k")
-    if not 1 <= s.n <= MAX_N:
-        raise InvalidRequest(f"'n' must be in [1, {MAX_N}], got {s.n}.", param="n")
+    if s.n < 1:  # the upper bound is RequestLimits.max_n, checked at decode
+        raise InvalidRequest(f"'n' must be >= 1, got {s.n}.", param="n")
     if s.min_tokens < 0:
         raise InvalidRequest(f"'min_tokens' must be >= 0, got {s.min_tokens}.", param="min_tokens")
     vocab = model.tokenizer.vocab_size
     for tid in s.stop_token_ids:
         if not 0 <= tid < vocab:
             raise InvalidRequest(f"'stop_token_ids' holds {tid}, outside the vocabulary.", param="stop_token_ids")
-    if len(s.stop) > MAX_STOP_STRINGS:
-        raise InvalidRequest(f"'stop' may hold at most {MAX_STOP_STRINGS} strings.", param="stop")
     if any(stop == "" for stop in s.stop):
         raise InvalidRequest("'stop' strings must not be empty.", param="stop")
 
 
 def resolve_max_tokens(
-    requested: int | None, prompt_len: int, model: ServedModel, *, param: str, prompt_param: str
+    requested: int | None, prompt_len: int, model: ServedModel, *, param: str, prompt_param: str, cap: int | None = None
 ) -> int:
-    """The completion budget; raises ContextLengthExceeded when prompt + budget cannot fit."""
+    """The completion budget (omitted: what the context leaves, at most ``cap``); raises ContextLengthExceeded
+    when prompt + budget cannot fit."""
     ctx = model.max_context_length
     if requested is not None and requested < 1:
         raise InvalidRequest(f"'{param}' must be >= 1, got {requested}.", param=param)
-    budget = requested if requested is not None else ctx - prompt_len
+    budget = requested if requested is not None else min(ctx - prompt_len, cap if cap is not None else ctx)
     if prompt_len + max(budget, 1) > ctx:
         asked = prompt_len + (requested or 0)
         detail = f"{prompt_len} in the {prompt_param}" + (f", {requested} in the completion" if requested else "")
@@ -139,9 +138,10 @@ def _chars(messages: Sequence[Any]) -> int:
 class Prepare:
     """The stage, over the served models and the CPU pool."""
 
-    def __init__(self, models: Sequence[ServedModel], cpu: CpuPool) -> None:
+    def __init__(self, models: Sequence[ServedModel], cpu: CpuPool, limits: RequestLimits) -> None:
         self._models = tuple(models)
         self._cpu = cpu
+        self._limits = limits
 
     def model(self, requested: str) -> ServedModel:
         """The served model answering to ``requested``; raises ModelNotFound (404)."""
@@ -179,9 +179,16 @@ class Prepare:
         ends = terminators(s, model)
         prompts = [await self._encode(p, model, request.prompt_param) for p in request.prompts]
         specs = []
+        # An omitted budget is bounded by the request limits' total over every choice of the request.
+        cap = self._limits.output_cap(s.n * len(prompts), logprobs=s.logprobs is not None)
         for k, prompt in enumerate(prompts):
             max_tokens = resolve_max_tokens(
-                s.max_tokens, len(prompt.ids), model, param=request.budget_param, prompt_param=request.prompt_param
+                s.max_tokens,
+                len(prompt.ids),
+                model,
+                param=request.budget_param,
+                prompt_param=request.prompt_param,
+                cap=cap,
             )
             specs.append(
                 GenerateSpec(
