@@ -1,4 +1,5 @@
-"""Errors at the HTTP edge: every failure leaves as OpenAI's JSON envelope, never a traceback."""
+"""Errors at the HTTP edge: OpenAI's error body, and reading a JSON body into a typed, limit-checked request.
+Which envelope a route answers in, and the mapping of every exception, is node/http/middleware.py's."""
 
 from __future__ import annotations
 

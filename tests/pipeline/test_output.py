@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.pipeline.events import ContentDelta, Event, Finish, ReasoningDelta
+from node.pipeline.events import ContentDelta, Event, Finish, ReasoningDelta, ToolCallDelta
 from node.pipeline.output import OutputProcessor, TextStage
+from node.pipeline.parser_stage import ParserStage
+from node.pipeline.parsers.registry import build_parser
 from node.pipeline.spec import GenerateSpec
 from node.pipeline.tokenizer import Tokenizer
 from node.workers.types import SamplingParams, WorkerOutput
@@ -128,3 +130,24 @@ def test_choices_are_numbered_from_the_offset(llama3_tokenizer: Tokenizer) -> No
     output = OutputProcessor(_spec(len(ids)), llama3_tokenizer, index_offset=4)
     events = output.feed([_message(ids, finish="length")])
     assert {e.index for e in events if isinstance(e, ContentDelta | Finish)} == {4}
+
+
+def test_an_output_parser_plugs_in_as_a_text_stage(llama3_tokenizer: Tokenizer) -> None:
+    text = (
+        ' <think>check the weather</think>Sure. <tool_call>{"name": "get", "arguments": {"city": "Oslo"}}</tool_call>'
+    )
+    ids = llama3_tokenizer.encode(text, add_special_tokens=False)
+
+    def stages(spec: GenerateSpec) -> list[TextStage]:
+        return [ParserStage(build_parser(tool_parser="hermes", reasoning_parser="qwen3"))]
+
+    for sizes in ([1], [3, 1, 7], [len(ids)]):
+        output = OutputProcessor(_spec(len(ids)), llama3_tokenizer, stages=stages)
+        events = _feed(output, _chunks(ids, sizes))
+        assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "check the weather"
+        calls = [e for e in events if isinstance(e, ToolCallDelta)]
+        assert calls[0].name == "get" and "".join(c.arguments for c in calls) == '{"city": "Oslo"}'
+        assert _text(events).strip() == "Sure.", "content keeps its place between reasoning and the call"
+        kinds = [type(e).__name__ for e in events if not (isinstance(e, ContentDelta) and not e.text.strip())]
+        assert kinds.index("ReasoningDelta") < kinds.index("ContentDelta") < kinds.index("ToolCallDelta")
+        assert events[-1] == Finish(0, "length")
