@@ -29,7 +29,7 @@ class ContentDelta:
 
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta:
-    """New reasoning text for choice ``index`` (the reasoning parser's output; none is plugged in yet)."""
+    """New reasoning text for choice ``index`` (a reasoning parser's output, node/pipeline/parser_stage.py)."""
 
     index: int
     text: str
@@ -38,7 +38,7 @@ class ReasoningDelta:
 @dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     """A tool call of choice ``index`` growing: its ``call`` number, then id and name once, arguments in
-    pieces (the tool-call parser's output; none is plugged in yet)."""
+    pieces (a tool-call parser's output, node/pipeline/parser_stage.py)."""
 
     index: int
     call: int

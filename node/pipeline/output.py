@@ -2,8 +2,8 @@
 (no I/O, no clock): Dispatch feeds it what the worker sent and forwards the events it returns.
 
 Per choice the chain is: detokenize → stop matching (EOS, stop_token_ids, stop strings; the gateway, not the
-engine, decides where an answer ends) → text stages (reasoning, then tool calls: none plugged in yet, see
-``TextStage``) → events. Usage counts only the tokens the client's answer consumed, so it is exact even when
+engine, decides where an answer ends) → text stages (reasoning, then tool calls: ``TextStage``; the output
+parsers plug in as ``ParserStage``, none by default) → events. Usage counts only the tokens the client's answer consumed, so it is exact even when
 the gateway cut the answer short.
 
 Hot path: one ``ContentDelta`` per worker message and choice at most; ids are stepped one at a time only
@@ -31,7 +31,7 @@ PROMPT_CONTEXT_IDS = 8
 
 class TextStage(Protocol):
     """One step of a choice's text chain after stop matching: the reasoning parser, then the tool-call
-    parser (the agentic-output work plugs them in through ``Stages``). Pure and chunk-boundary invariant.
+    parser (``node.pipeline.parser_stage.ParserStage``, through ``Stages``). Pure and chunk-boundary invariant.
 
     ``feed`` takes answer text, appends the events of its own kind (ReasoningDelta, ToolCallDelta) to
     ``events`` and returns the text it leaves to the next stage (content); ``finish`` flushes what it held
