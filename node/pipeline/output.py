@@ -3,8 +3,8 @@
 
 Per choice the chain is: detokenize → stop matching (EOS, stop_token_ids, stop strings; the gateway, not the
 engine, decides where an answer ends) → text stages (reasoning, then tool calls: ``TextStage``; the output
-parsers plug in as ``ParserStage``, none by default) → events. Usage counts only the tokens the client's answer consumed, so it is exact even when
-the gateway cut the answer short.
+parsers plug in as ``ParserStage``, none by default) → events. Usage counts only the tokens the client's
+answer consumed, so it is exact even when the gateway cut the answer short.
 
 Hot path: one ``ContentDelta`` per worker message and choice at most; ids are stepped one at a time only
 when something needs to know which token produced which text (stop strings, logprobs, token ids), else a
