@@ -92,6 +92,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     top_logprobs: Count | None = None
     tools: list[Tool] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool = True
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None

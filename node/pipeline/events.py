@@ -63,6 +63,8 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int = 0
     cached_tokens: int = 0
+    # Completion tokens spent inside a reasoning block (counted by token id; 0 without a reasoning parser).
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -20,6 +20,7 @@ from typing import Protocol
 from node.errors import WorkerAborted, WorkerProtocolError
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.events import ContentDelta, Event, Finish, TokenLogprob, Usage
+from node.pipeline.parsing import KeepingDetokenizer, ThinkCounter
 from node.pipeline.spec import GenerateSpec
 from node.pipeline.stops import StopMatcher, StopSet
 from node.pipeline.tokenizer import Tokenizer
@@ -43,15 +44,22 @@ class TextStage(Protocol):
     def finish(self, index: int, events: list[Event]) -> str: ...
 
 
+class Detokenizer(Protocol):
+    def step(self, ids: Sequence[int]) -> str: ...
+
+    def finish(self) -> str: ...
+
+
 #: The text stages of one choice, made per choice (stages keep state). None: no stages, the fast path.
 Stages = Callable[[GenerateSpec], Sequence[TextStage]]
 
 
 @dataclass(slots=True)
 class _Choice:
-    detok: IncrementalDetokenizer
+    detok: Detokenizer
     stops: StopMatcher | None
     stages: Sequence[TextStage] = ()
+    thinking: ThinkCounter | None = None  # counts reasoning tokens by id
     last_chunk: tuple[int, ...] = ()  # ids of the latest streamed chunk
     consumed: int = 0  # ids that count as completion tokens
     finished: bool = False
@@ -89,15 +97,27 @@ class OutputProcessor:
         self.usage = Usage(prompt_tokens=len(spec.prompt_ids))
         n = spec.params.n
         stop_set = StopSet(spec.stops)  # built once, shared by the n choices' matchers
+        plan = spec.parsing
+        context = spec.prompt_ids[-PROMPT_CONTEXT_IDS:]
+        # The parsers' special-token delimiters are decoded even when the client skips special tokens.
+        keep = plan.keep_ids if plan is not None and spec.params.skip_special_tokens else frozenset()
+        think_ids = plan.think_ids if plan is not None else None
+
+        def detokenizer() -> Detokenizer:
+            if keep:
+                return KeepingDetokenizer(tokenizer, keep, context)
+            return IncrementalDetokenizer(
+                tokenizer.raw, skip_special_tokens=spec.params.skip_special_tokens, prompt_ids=context
+            )
+
         self._choices = [
             _Choice(
-                detok=IncrementalDetokenizer(
-                    tokenizer.raw,
-                    skip_special_tokens=spec.params.skip_special_tokens,
-                    prompt_ids=spec.prompt_ids[-PROMPT_CONTEXT_IDS:],
-                ),
+                detok=detokenizer(),
                 stops=StopMatcher(stop_set, include_stop_str=spec.include_stop_str) if stop_set else None,
                 stages=stages(spec) if stages is not None else (),
+                thinking=ThinkCounter(think_ids, in_reasoning=plan.in_reasoning)
+                if think_ids is not None and plan is not None
+                else None,
             )
             for _ in range(n)
         ]
@@ -176,12 +196,16 @@ class OutputProcessor:
             cut = next(k for k, t in enumerate(ids) if t in terminators)
             # The terminator counts as generated (as engines count EOS) but is not part of the text.
             choice.consumed += cut + 1
+            if choice.thinking is not None:
+                self._think(choice, ids[:cut])
             self.usage.completion_tokens += cut + 1
             text = choice.detok.step(ids[:cut]) if cut else ""
             self._finish(choice, index, "stop", events, text=text, lp=lp)
             return
         choice.consumed += len(ids)
         self.usage.completion_tokens += len(ids)
+        if choice.thinking is not None:
+            self._think(choice, ids)
         text = choice.detok.step(ids)
         if choice.stops is not None and armed:
             step = choice.stops.feed(text)
@@ -197,6 +221,13 @@ class OutputProcessor:
             events.append(ContentDelta(index, text, lp, tuple(ids) if self._want_ids else ()))
         elif self._want_ids and ids:
             events.append(ContentDelta(index, "", (), tuple(ids)))
+
+    def _think(self, choice: _Choice, ids: list[int]) -> None:
+        thinking = choice.thinking
+        if thinking is not None:
+            before = thinking.count
+            thinking.feed(ids)
+            self.usage.reasoning_tokens += thinking.count - before
 
     def _ids_of(self, ids: list[int]) -> tuple[int, ...]:
         return tuple(ids) if self._want_ids else ()

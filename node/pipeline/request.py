@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,31 @@ Prompt = ChatPrompt | TextPrompt | TokenPrompt
 
 
 @dataclass(frozen=True, slots=True)
+class NamedTool:
+    """``tool_choice`` naming one function the model must call."""
+
+    name: str
+
+
+#: "none": tools are not offered (not rendered, not parsed); "auto": the model may call; "required" and a
+#: named tool: it must (the engine constraint enforcing it is Prepare's seam, see prepare.tool_constraint).
+ToolChoice = Literal["none", "auto", "required"] | NamedTool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """The request's function tools as the output parsers and the constraint need them."""
+
+    # Function name -> its parameters JSON schema ({} when the tool declares none).
+    schemas: Mapping[str, Mapping[str, Any]]
+    choice: ToolChoice = "auto"
+    # False: at most one call per choice is kept (OpenAI's parallel_tool_calls).
+    parallel: bool = True
+    # At most this many calls per choice are kept (the Responses API's max_tool_calls); None: no bound.
+    max_calls: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerateRequest:
     """One API request, neutral. Several ``prompts`` (the Completions API's batch) fan out into one
     generation each, their choices numbered ``prompt * n + choice``."""
@@ -83,3 +108,5 @@ class GenerateRequest:
     # The API's names of the budget and prompt fields, for error messages and ``param``.
     budget_param: str = "max_tokens"
     prompt_param: str = "messages"
+    # The tools offered (None: none; tool calls are not parsed).
+    tools: ToolUse | None = None
