@@ -23,13 +23,17 @@ class ParserStage:
     carry the step's logprobs and token ids (or the next stage's input).
 
     ``max_calls``: calls past this many are dropped whole (``parallel_tool_calls: false`` keeps the first).
+
+    The newlines a model writes between its reasoning block and its answer (``</think>\n\n``) are layout,
+    not answer: they are dropped, as the families' own templates drop them when rendering the turn back.
     """
 
-    __slots__ = ("_max_calls", "_parser")
+    __slots__ = ("_max_calls", "_parser", "_trim")
 
     def __init__(self, parser: StreamParser, *, max_calls: int | None = None) -> None:
         self._parser = parser
         self._max_calls = max_calls
+        self._trim = False  # reasoning was seen and no answer text yet: leading newlines are dropped
 
     def feed(self, index: int, text: str, events: list[Event]) -> str:
         return self._translate(index, self._parser.feed(text), events) if text else ""
@@ -42,7 +46,11 @@ class ParserStage:
         limit = self._max_calls
         for ev in parsed:
             if isinstance(ev, parsed_events.ContentDelta):
-                content.append(ev.text)
+                text = ev.text
+                if self._trim:
+                    text = text.lstrip("\n")
+                    self._trim = not text
+                content.append(text)
                 continue
             if limit is not None and not isinstance(ev, parsed_events.ReasoningDelta) and ev.index >= limit:
                 continue
@@ -51,6 +59,7 @@ class ParserStage:
                 content.clear()
             if isinstance(ev, parsed_events.ReasoningDelta):
                 events.append(ReasoningDelta(index, ev.text))
+                self._trim = True
             elif isinstance(ev, parsed_events.ToolCallStart):
                 events.append(ToolCallDelta(index, ev.index, id=ev.id, name=ev.name))
             elif isinstance(ev, parsed_events.ToolCallArgsDelta):
