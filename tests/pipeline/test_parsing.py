@@ -1,0 +1,70 @@
+"""Parser choice per model and the Output stage's helpers for parsers: kept special-token delimiters,
+reasoning tokens counted by id, per-model configuration."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node.config import ModelConfig
+from node.pipeline.parsers.registry import UnknownParserError
+from node.pipeline.parsing import KeepingDetokenizer, ThinkCounter, resolve_parsers
+from node.pipeline.tokenizer import Tokenizer
+
+
+def test_names_resolve_auto_none_or_as_given(llama3_tokenizer: Tokenizer) -> None:
+    def resolve(tool: str, reasoning: str) -> tuple[str | None, str | None]:
+        p = resolve_parsers(
+            llama3_tokenizer, tool=tool, reasoning=reasoning, detected_tool="llama3_json", detected_reasoning=None
+        )
+        return p.tool_parser, p.reasoning_parser
+
+    assert resolve("auto", "auto") == ("llama3_json", None)
+    assert resolve("none", "qwen3") == (None, "qwen3")
+    assert resolve("hermes", "none") == ("hermes", None)
+    with pytest.raises(UnknownParserError, match="unknown tool-call parser 'hermes2'"):
+        resolve("hermes2", "auto")
+    with pytest.raises(UnknownParserError, match="reasoning parser"):
+        resolve("auto", "think")
+
+
+def test_special_delimiters_are_kept_and_other_specials_still_skipped(llama3_tokenizer: Tokenizer) -> None:
+    tok = llama3_tokenizer
+    start, end = tok.token_to_id("<|start_header_id|>"), tok.token_to_id("<|end_header_id|>")
+    assert start is not None and end is not None and {start, end} <= tok.special_token_ids
+    ids = [start, *tok.encode("tool", add_special_tokens=False), end]
+    assert tok.decode(ids, skip_special_tokens=True) == "tool", "the client's skip would drop the delimiter"
+    detok = KeepingDetokenizer(tok, frozenset({start}))
+    text = "".join(detok.step([t]) for t in ids) + detok.finish()
+    assert text == "<|start_header_id|>tool"
+
+
+@given(st.lists(st.sampled_from([1, 2, 3, 7, 8]), max_size=30), st.booleans(), st.data())
+def test_reasoning_tokens_count_the_same_for_any_chunking(ids: list[int], opened: bool, data: st.DataObject) -> None:
+    # 7 = <think>, 8 = </think>: the ids strictly inside the block count.
+    whole = ThinkCounter((7, 8), in_reasoning=opened)
+    whole.feed(ids)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(ids)), max_size=5)))
+    pieces = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)], strict=True)]
+    chunked = ThinkCounter((7, 8), in_reasoning=opened)
+    for piece in pieces:
+        chunked.feed(piece)
+    assert chunked.count == whole.count
+    if not opened and ids[:1] == [7] and 8 in ids:
+        assert whole.count == ids.index(8) - 1
+
+
+def test_per_model_parser_overrides() -> None:
+    config = ModelConfig(
+        model_path=("/m/qwen", "/m/llama"),
+        tool_call_parser="none",
+        model_tool_call_parser=("qwen=hermes",),
+        model_reasoning_parser=("/m/llama=none",),
+    )
+    assert config.parsers_for(frozenset({"/m/qwen", "qwen"})) == ("hermes", "auto")
+    assert config.parsers_for(frozenset({"/m/llama", "llama"})) == ("none", "none")
+    with pytest.raises(ValueError, match="expected MODEL=NAME"):
+        ModelConfig(model_path=("/m/qwen",), model_tool_call_parser=("hermes",))
+    with pytest.raises(ValueError, match="given twice"):
+        ModelConfig(model_path=("/m/qwen",), model_tool_call_parser=("qwen=hermes", "qwen=mistral"))
