@@ -56,6 +56,8 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             raise InvalidRequest(f"A {msg.role} message needs 'content'.", param=f"messages[{i}].content")
         if msg.name is not None:
             item["name"] = msg.name
+        if msg.reasoning_content is not None and msg.role == "assistant":
+            item["reasoning_content"] = msg.reasoning_content
         if msg.tool_calls:
             if msg.role != "assistant":
                 raise InvalidRequest("Only assistant messages may carry 'tool_calls'.", param=f"messages[{i}]")

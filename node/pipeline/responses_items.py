@@ -183,20 +183,34 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def _reasoning_text(item: Mapping[str, Any]) -> str:
+    parts = item.get("content")
+    if not isinstance(parts, list):
+        return ""
+    return "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
 def chat_messages(items: Sequence[Mapping[str, Any]], *, instructions: str | None = None) -> list[dict[str, Any]]:
     """Items (stored form) as chat-template messages: function calls become an assistant turn's tool_calls,
     their outputs tool messages; `developer` is rendered as `system` (chat templates know only the latter).
-    Reasoning items (and any other type) are skipped: templates render no earlier turn's reasoning."""
+    A reasoning item becomes the `reasoning_content` of the assistant turn that follows it (templates that
+    render reasoning, such as Qwen3's for the turns of an unfinished tool loop, read it). Items of other
+    types are skipped."""
     out: list[dict[str, Any]] = []
     if instructions:
         out.append({"role": "system", "content": instructions})
+    reasoning = ""  # a reasoning item's text, waiting for its assistant turn
     for item in items:
         kind = item.get("type")
+        if kind == "reasoning":
+            reasoning += _reasoning_text(item)
+            continue
         if kind == "message":
             role = item.get("role")
-            out.append(
-                {"role": "system" if role == "developer" else role, "content": _content_text(item.get("content"))}
-            )
+            message = {"role": "system" if role == "developer" else role, "content": _content_text(item.get("content"))}
+            if role == "assistant" and reasoning:
+                message["reasoning_content"] = reasoning
+            out.append(message)
         elif kind == "function_call":
             call = {
                 "id": item.get("call_id", ""),
@@ -204,12 +218,16 @@ def chat_messages(items: Sequence[Mapping[str, Any]], *, instructions: str | Non
                 "function": {"name": item.get("name", ""), "arguments": _arguments(item.get("arguments", ""))},
             }
             # A call right after an assistant turn belongs to that turn (content and tool_calls together).
-            if out and out[-1]["role"] == "assistant":
+            if out and out[-1]["role"] == "assistant" and not reasoning:
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
-                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                if reasoning:
+                    message["reasoning_content"] = reasoning
+                out.append(message)
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": item.get("call_id", ""), "content": item.get("output", "")})
+        reasoning = ""
     return out
 
 

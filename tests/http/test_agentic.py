@@ -247,6 +247,7 @@ async def test_tool_results_and_earlier_calls_render_through_the_template(edge: 
         {
             "role": "assistant",
             "content": None,
+            "reasoning_content": "Look it up.",
             "tool_calls": [
                 {
                     "id": "call_1",
@@ -261,6 +262,7 @@ async def test_tool_results_and_earlier_calls_render_through_the_template(edge: 
     prompt = edge.prompt()
     assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in prompt
+    assert "<think>\nLook it up.\n</think>" in prompt, "an earlier turn's reasoning_content reaches the template"
     assert r.choices[0].message.content == "It is sunny in Paris." and r.choices[0].finish_reason == "stop"
 
 
@@ -405,6 +407,7 @@ async def test_responses_answer_with_reasoning_and_function_call_items(edge: Edg
     prompt = edge.prompt()
     assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt, "the stored call is rendered"
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in prompt
+    assert f"<think>\n{QWEN_THOUGHT}\n</think>" in prompt, "the unfinished tool loop keeps its reasoning"
     assert second.output_text == "Sunny in Paris."
     assert second.output[-1].type == "message" and second.output[-1].content[0].logprobs == []  # type: ignore[union-attr]
     async with edge.http.get(f"{edge.url}/v1/responses/{raw['id']}") as r:
