@@ -463,3 +463,28 @@ async def test_responses_tool_choice_and_parallel_calls(edge: Edge) -> None:
             tools=tools,  # type: ignore[arg-type]
             tool_choice={"type": "function", "name": "nope"},
         )
+
+
+# --- the real path: gRPC to the simulated engine -------------------------------------------------------------
+
+
+async def test_through_grpc_to_the_simulated_engine(qwen_model_dir: Path) -> None:
+    """Tools and a thinking family over the whole node (config, gRPC, sim): until the sim answers with calls,
+    its plain answer must come back as content with finish_reason stop, streamed or not, the same text."""
+    from tests.http.conftest import start_cluster
+
+    async with start_cluster(qwen_model_dir, workers=1) as c:
+        kw: dict[str, Any] = {"messages": ASK, "tools": [WEATHER], "max_tokens": 24, "seed": 5, "temperature": 0}
+        whole = await c.client.chat.completions.create(model=c.model, **kw)
+        texts, calls, reasons = [], [], []
+        async for chunk in await c.client.chat.completions.create(model=c.model, stream=True, **kw):
+            for ch in chunk.choices:
+                texts.append(ch.delta.content or "")
+                calls += ch.delta.tool_calls or []
+                reasons.append(ch.finish_reason)
+        assert whole.choices[0].message.tool_calls is None and calls == []
+        assert whole.choices[0].finish_reason == "length" and reasons[-1] == "length"
+        assert whole.choices[0].message.content == "".join(texts)
+        assert whole.choices[0].message.content, "the simulated engine answered"
+        resp = await c.client.responses.create(model=c.model, input="hi", tools=[RESP_WEATHER], max_output_tokens=16)  # type: ignore[list-item]
+        assert Response.model_validate(resp.model_dump()).output_text
