@@ -215,8 +215,13 @@ class OutputProcessor:
                 return
             text = step.emit
         # The common case inline (no text stages): one ContentDelta or nothing; _emit otherwise.
-        if choice.stages:
-            self._emit(choice, index, text, events, lp=lp, token_ids=self._ids_of(ids))
+        stages = choice.stages
+        if stages:
+            # _emit inlined: this runs per worker message for every request with a parser.
+            for stage in stages:
+                text = stage.feed(index, text, events)
+            if text or lp or (self._want_ids and ids):
+                events.append(ContentDelta(index, text, lp, tuple(ids) if self._want_ids else ()))
         elif text or lp:
             events.append(ContentDelta(index, text, lp, tuple(ids) if self._want_ids else ()))
         elif self._want_ids and ids:
@@ -228,6 +233,8 @@ class OutputProcessor:
             before = thinking.count
             thinking.feed(ids)
             self.usage.reasoning_tokens += thinking.count - before
+            if thinking.done:
+                choice.thinking = None  # past the block: nothing more to count
 
     def _ids_of(self, ids: list[int]) -> tuple[int, ...]:
         return tuple(ids) if self._want_ids else ()

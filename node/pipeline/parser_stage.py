@@ -36,7 +36,13 @@ class ParserStage:
         self._trim = False  # reasoning was seen and no answer text yet: leading newlines are dropped
 
     def feed(self, index: int, text: str, events: list[Event]) -> str:
-        return self._translate(index, self._parser.feed(text), events) if text else ""
+        if not text:
+            return ""
+        parsed = self._parser.feed(text)
+        # The hot path: text without markup comes back as one content delta.
+        if len(parsed) == 1 and type(first := parsed[0]) is parsed_events.ContentDelta and not self._trim:
+            return first.text
+        return self._translate(index, parsed, events)
 
     def finish(self, index: int, events: list[Event]) -> str:
         return self._translate(index, self._parser.finish(), events)

@@ -140,6 +140,11 @@ class ThinkCounter:
         self._state = 1 if in_reasoning else 0  # 0 before the block, 1 inside, 2 after
         self.count = 0
 
+    @property
+    def done(self) -> bool:
+        """The block is behind (or will never come): no later id counts."""
+        return self._state == 2
+
     def feed(self, ids: Sequence[int]) -> None:
         state = self._state
         if state == 2:
