@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import AsyncOpenAI, BadRequestError
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 
 from node.http.server import build_app
@@ -169,6 +169,11 @@ async def test_streamed_tool_calls_accumulate_to_the_non_streamed_message(edge: 
     kw: dict[str, Any] = {"messages": ASK, "tools": [WEATHER, TIME]}
     whole = await edge.client.chat.completions.create(model="qwen", **kw)
     streamed, raw = await _streamed(edge, **kw)
+    # The SDK builds its objects without validating: validate the wire JSON against its types here.
+    async with edge.http.post(f"{edge.url}/v1/chat/completions", json={"model": "qwen", **kw}) as r:
+        ChatCompletion.model_validate(await r.json())
+    for chunk in raw:
+        ChatCompletionChunk.model_validate(chunk)
     a, b = whole.choices[0], streamed.choices[0]
     assert a.finish_reason == b.finish_reason == "tool_calls"
     assert a.message.content == b.message.content == "Let me check both. "
@@ -272,10 +277,22 @@ async def test_without_tools_a_call_shaped_answer_is_content(edge: Edge) -> None
     assert r.choices[0].message.content == QWEN_CALL and r.choices[0].message.tool_calls is None
 
 
+async def _response_items(edge: Edge, *, stream: bool) -> list[dict[str, Any]]:
+    """The output items of a Responses answer (streamed: as response.completed carries them), ids blanked."""
+    tools = [RESP_WEATHER, {"type": "function", **TIME["function"]}]  # type: ignore[dict-item]
+    body = {"model": "qwen", "input": "Weather and time in Paris?", "tools": tools, "store": False}
+    if stream:
+        raw = (await _events(edge, body))[-1]["response"]
+    else:
+        async with edge.http.post(f"{edge.url}/v1/responses", json=body) as r:
+            raw = await r.json()
+    return [{k: v for k, v in item.items() if k not in ("id", "call_id")} for item in raw["output"]]
+
+
 def test_any_chunking_gives_the_non_streamed_message(qwen: ServedModel) -> None:
     """Property: whatever ids per message the engine sends, streamed and accumulated by the SDK, the answer
     equals the non-streamed one (content, reasoning, calls, finish reason)."""
-    answer = qwen_answer("Checking… " + QWEN_TWO_CALLS + " done")
+    answer = qwen_answer("Checking… " + QWEN_TWO_CALLS + " done")  # "…": a multi-byte character
     kw: dict[str, Any] = {"messages": ASK, "tools": [WEATHER, TIME]}
 
     def summary(c: ChatCompletion) -> tuple[Any, ...]:
@@ -291,6 +308,9 @@ def test_any_chunking_gives_the_non_streamed_message(qwen: ServedModel) -> None:
             reference = summary(runner.run(edge.client.chat.completions.create(model="qwen", **kw)))
             assert reference[2] and reference[1]
 
+            items = runner.run(_response_items(edge, stream=False))
+            assert [i["type"] for i in items] == ["reasoning", "message", "function_call", "function_call", "message"]
+
             @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
             @given(st.lists(st.integers(1, 9), min_size=1, max_size=8))
             def check(sizes: list[int]) -> None:
@@ -299,6 +319,7 @@ def test_any_chunking_gives_the_non_streamed_message(qwen: ServedModel) -> None:
                 got = summary(streamed)
                 # The SDK's accumulator does not carry vLLM's reasoning_content extension: compare the rest.
                 assert (got[0], got[2], got[3]) == (reference[0], reference[2], reference[3])
+                assert runner.run(_response_items(edge, stream=True)) == items, "Responses: the same items"
 
             check()
         finally:
