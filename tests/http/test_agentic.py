@@ -509,3 +509,27 @@ async def test_through_grpc_to_the_simulated_engine(qwen_model_dir: Path) -> Non
         assert whole.choices[0].message.content, "the simulated engine answered"
         resp = await c.client.responses.create(model=c.model, input="hi", tools=[RESP_WEATHER], max_output_tokens=16)  # type: ignore[list-item]
         assert Response.model_validate(resp.model_dump()).output_text
+
+
+async def test_a_template_that_opens_the_reasoning_block_starts_the_answer_inside_it(
+    qwen_model_dir: Path, tmp_path: Path
+) -> None:
+    """DeepSeek-R1 style: the generation prompt ends with <think>, so the model writes reasoning first and
+    closes the block itself."""
+    template = tmp_path / "opens_think.jinja"
+    template.write_text(
+        "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor -%}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif -%}"
+    )
+    model = load_served_model(str(qwen_model_dir), served_name="qwen", chat_template_file=str(template))
+    assert model.parsers.reasoning_parser == "qwen3"
+    async with serve(model) as e:
+        e.answer[0] = "Short thought.\n</think>\n\nThe answer."
+        r = await e.client.chat.completions.create(model="qwen", messages=ASK)
+        assert e.prompt().endswith("<think>\n")
+        msg = r.choices[0].message
+        assert (msg.model_extra or {})["reasoning_content"] == "Short thought.\n"
+        assert msg.content == "The answer."
+        thought = model.tokenizer.encode("Short thought.\n", add_special_tokens=False)
+        assert r.usage is not None and r.usage.completion_tokens_details is not None
+        assert r.usage.completion_tokens_details.reasoning_tokens == len(thought)
