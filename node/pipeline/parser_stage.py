@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from node.pipeline.events import ContentDelta, Event, ReasoningDelta, ToolCallDelta
 from node.pipeline.parsers import events as parsed_events
 from node.pipeline.parsers.calls import ToolOptions
+from node.pipeline.parsers.chain import ChainedParser
 from node.pipeline.parsers.events import StreamParser
+from node.pipeline.parsers.forced import NamedCallParser, RequiredCallsParser
 from node.pipeline.parsers.registry import build_parser
 from node.pipeline.spec import GenerateSpec
 
@@ -79,10 +81,18 @@ def parser_stages(spec: GenerateSpec) -> Sequence[ParserStage]:
     plan = spec.parsing
     if plan is None:
         return ()
+    options = ToolOptions(tools=plan.tools, id_prefix=f"call_{spec.request_id[-12:]}_")
+    forced = plan.forced
     parser = build_parser(
-        tool_parser=plan.tool_parser,
+        tool_parser=plan.tool_parser if forced is None else None,
         reasoning_parser=plan.reasoning_parser,
-        options=ToolOptions(tools=plan.tools, id_prefix=f"call_{spec.request_id[-12:]}_"),
+        options=options,
         in_reasoning=plan.in_reasoning,
     )
+    if forced is not None:
+        calls: StreamParser = (
+            RequiredCallsParser(options) if forced == "required" else NamedCallParser(forced.name, options)
+        )
+        # Reasoning first (a thinking model thinks before the constrained answer), then the forced call(s).
+        parser = ChainedParser(parser, calls) if plan.reasoning_parser is not None else calls
     return (ParserStage(parser, max_calls=plan.max_calls),)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.parsers import deepseek, harmony, kimi_k2, llama3_json, pythonic, think
 from node.pipeline.parsers.calls import JsonSchema
 from node.pipeline.parsers.registry import REASONING_PARSERS, TOOL_PARSERS, UnknownParserError
+from node.pipeline.request import NamedTool
 from node.pipeline.tokenizer import Tokenizer
 
 #: The parser setting that means "detect from the model folder" and the one that means "no parser".
@@ -105,6 +106,9 @@ class ParserPlan:
     max_calls: int | None = None
     keep_ids: frozenset[int] = frozenset()
     think_ids: tuple[int, int] | None = None
+    # The engine was constrained to call (tool_choice required / a named function): the answer is bare JSON
+    # (node/pipeline/parsers/forced.py), not the family's markup. None: the family's tool-call parser.
+    forced: Literal["required"] | NamedTool | None = None
 
 
 class KeepingDetokenizer:

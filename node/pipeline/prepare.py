@@ -8,7 +8,7 @@ client's field; nothing is sent to a worker before all prompts of a request pass
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from node.config import RequestLimits
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
@@ -133,10 +133,13 @@ def render(prompt: ChatPrompt, model: ServedModel, *, param: str) -> str:
     return text
 
 
-def parser_plan(request: GenerateRequest, model: ServedModel, prompt: Prompt, ids: Sequence[int]) -> ParserPlan | None:
+def parser_plan(
+    request: GenerateRequest, model: ServedModel, prompt: Prompt, ids: Sequence[int], *, constrained: bool = False
+) -> ParserPlan | None:
     """The output parsers of a chat prompt's answer: the model's reasoning parser, and its tool-call parser
-    when tools are offered (tool_choice not "none"). Raw text and token prompts (the Completions API) are
-    answered as plain text."""
+    when tools are offered (tool_choice not "none"). ``constrained``: the engine is made to call (the
+    tool_choice constraint is sent), so the answer is bare JSON read by the forced-call parser. Raw text and
+    token prompts (the Completions API) are answered as plain text."""
     if not isinstance(prompt, ChatPrompt):
         return None
     parsers = model.parsers
@@ -144,7 +147,11 @@ def parser_plan(request: GenerateRequest, model: ServedModel, prompt: Prompt, id
     offered = tools is not None and tools.choice != "none"
     tool_parser = parsers.tool_parser if offered else None
     reasoning = parsers.reasoning_parser
-    if tool_parser is None and reasoning is None:
+    forced: Literal["required"] | NamedTool | None = None
+    if constrained and tools is not None:
+        choice = tools.choice
+        forced = choice if isinstance(choice, NamedTool) else "required" if choice == "required" else None
+    if tool_parser is None and reasoning is None and forced is None:
         return None
     in_reasoning = False
     if reasoning is not None:
@@ -166,14 +173,16 @@ def parser_plan(request: GenerateRequest, model: ServedModel, prompt: Prompt, id
         max_calls=max_calls,
         keep_ids=parsers.keep_ids,
         think_ids=parsers.think_ids,
+        forced=forced,
     )
 
 
-def tool_constraint(tools: ToolUse | None) -> None:
+def tool_constraint(tools: ToolUse | None) -> object | None:
     """The engine constraint that makes ``tool_choice`` "required" or a named function binding (a JSON
-    schema over the call(s), sent in SamplingParams). Seam: the structured-output constraint module (issue
-    15, built beside this) fills it in; until then such a request is parsed like "auto" (restricted to the
-    named function), so a model that answers without calling answers with content."""
+    schema over the call(s), sent in SamplingParams; the output side is ready: ``parser_plan(...,
+    constrained=True)`` reads the bare JSON back as calls). Seam: the structured-output constraint module
+    (issue 15, built beside this) fills it in; until then None, and such a request is parsed like "auto"
+    (restricted to the named function), so a model that answers without calling answers with content."""
     return None
 
 
@@ -224,7 +233,7 @@ class Prepare:
         stops = tuple(dict.fromkeys(s.stop))
         ends = terminators(s, model)
         prompts = [await self._encode(p, model, request.prompt_param) for p in request.prompts]
-        tool_constraint(request.tools)
+        constrained = tool_constraint(request.tools) is not None
         specs = []
         # An omitted budget is bounded by the request limits' total over every choice of the request.
         cap = self._limits.output_cap(s.n * len(prompts), logprobs=s.logprobs is not None)
@@ -250,7 +259,7 @@ class Prepare:
                     want_token_ids=request.want_token_ids,
                     client_stream=request.stream,
                     vocab_size=model.tokenizer.vocab_size,
-                    parsing=parser_plan(request, model, request.prompts[k], prompt.ids),
+                    parsing=parser_plan(request, model, request.prompts[k], prompt.ids, constrained=constrained),
                 )
             )
         return Prepared(model=model, request_id=request_id, prompts=tuple(prompts), specs=tuple(specs))

@@ -3,14 +3,23 @@ reasoning tokens counted by id, per-model configuration."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from node.config import ModelConfig
+from node.pipeline.events import ContentDelta, ReasoningDelta, ToolCallDelta
+from node.pipeline.output import OutputProcessor
+from node.pipeline.parser_stage import parser_stages
 from node.pipeline.parsers.registry import UnknownParserError
-from node.pipeline.parsing import KeepingDetokenizer, ThinkCounter, resolve_parsers
+from node.pipeline.parsing import KeepingDetokenizer, ParserPlan, ThinkCounter, resolve_parsers
+from node.pipeline.request import NamedTool
+from node.pipeline.served_model import load_served_model
+from node.pipeline.spec import GenerateSpec
 from node.pipeline.tokenizer import Tokenizer
+from node.workers.types import SamplingParams, WorkerOutput
 
 
 def test_names_resolve_auto_none_or_as_given(llama3_tokenizer: Tokenizer) -> None:
@@ -68,3 +77,30 @@ def test_per_model_parser_overrides() -> None:
         ModelConfig(model_path=("/m/qwen",), model_tool_call_parser=("hermes",))
     with pytest.raises(ValueError, match="given twice"):
         ModelConfig(model_path=("/m/qwen",), model_tool_call_parser=("qwen=hermes", "qwen=mistral"))
+
+
+def test_a_forced_call_after_reasoning_through_the_output_stage(qwen_model_dir: Path) -> None:
+    """tool_choice named, constrained engine: a thinking model's reasoning, then the bare arguments JSON."""
+    model = load_served_model(str(qwen_model_dir), served_name="qwen")
+    tok = model.tokenizer
+    p = model.parsers
+    plan = ParserPlan(
+        tool_parser=p.tool_parser,
+        reasoning_parser=p.reasoning_parser,
+        tools={"get_weather": {}},
+        keep_ids=p.keep_ids,
+        think_ids=p.think_ids,
+        forced=NamedTool("get_weather"),
+    )
+    ids = [
+        *tok.encode('<think>\nhm\n</think>\n\n{"city": "Paris"}', add_special_tokens=False),
+        min(model.eos_token_ids),
+    ]
+    spec = GenerateSpec(request_id="chatcmpl-abc", prompt_ids=[1], params=SamplingParams(max_tokens=100), parsing=plan)
+    out = OutputProcessor(spec, tok, stages=parser_stages)
+    events = [e for k in range(len(ids)) for e in out.feed([WorkerOutput(0, ids[k : k + 1], 1, k + 1, 0, None)])]
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "\nhm\n"
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert calls[0].name == "get_weather" and "".join(c.arguments for c in calls) == '{"city": "Paris"}'
+    assert not [e for e in events if isinstance(e, ContentDelta) and e.text]
+    assert out.usage.reasoning_tokens == len(tok.encode("\nhm\n", add_special_tokens=False))
