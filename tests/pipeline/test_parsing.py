@@ -3,6 +3,7 @@ reasoning tokens counted by id, per-model configuration."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,12 @@ def test_a_forced_call_after_reasoning_through_the_output_stage(qwen_model_dir: 
     assert calls[0].name == "get_weather" and "".join(c.arguments for c in calls) == '{"city": "Paris"}'
     assert not [e for e in events if isinstance(e, ContentDelta) and e.text]
     assert out.usage.reasoning_tokens == len(tok.encode("\nhm\n", add_special_tokens=False))
+
+
+def test_an_override_naming_no_served_model_refuses_to_start() -> None:
+    from node.app import _check_parser_overrides
+
+    config = ModelConfig(model_path=("/m/qwen",), model_reasoning_parser=("qwen2=none",))
+    with pytest.raises(ValueError, match="no --model-path is known as 'qwen2'"):
+        _check_parser_overrides(config, [frozenset({"/m/qwen", "qwen"})])
+    _check_parser_overrides(replace(config, model_reasoning_parser=("qwen=none",)), [frozenset({"/m/qwen", "qwen"})])
