@@ -22,7 +22,8 @@ from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
 from mesh.runtime import Mesh
 from node.cluster import publish_http_addr, run_mesh
 from node.cluster_state import SharedState, open_shared_state, run_ticker
-from node.config import NodeConfig
+from node.config import HttpConfig, NodeConfig
+from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, listen
 from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
@@ -54,9 +55,20 @@ class RunningNode:
     mesh: Mesh | None = None
 
 
-def _bound_port(runner: web.AppRunner) -> int:
-    # With port 0 the OS picks the port; the runner knows the bound socket names.
-    return int(runner.addresses[0][1])
+#: Connections the kernel queues before we accept them (a burst of clients connecting at once).
+LISTEN_BACKLOG = 1024
+
+
+def _connection_limits(http: HttpConfig) -> ConnectionLimits:
+    cap = http.max_connections or default_max_connections()
+    log.info("accepting at most %d client connections", cap)
+    return ConnectionLimits(
+        max_connections=cap,
+        idle_timeout_s=http.idle_timeout_s,
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        write_timeout_s=http.write_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -165,14 +177,24 @@ async def run_node(
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
+        app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024, reuse_port=config.http.reuse_port)
-        await site.start()
-        port = _bound_port(runner)
+        listener = await listen(
+            runner,
+            gate,
+            host=config.http.host,
+            port=config.http.port,
+            backlog=LISTEN_BACKLOG,
+            reuse_port=config.http.reuse_port,
+        )
+        stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
+        port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
