@@ -14,6 +14,8 @@ from node.cluster import ClusterConfig
 from node.http.tenancy import ApiConfig
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
+from node.workers.deadlines import DeadlineConfig
+from node.workers.retry import RetryConfig
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
@@ -199,6 +201,8 @@ class NodeConfig:
     tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
 
 
 NODE_COMPONENTS: tuple[type, ...] = (
@@ -210,5 +214,7 @@ NODE_COMPONENTS: tuple[type, ...] = (
     ClusterConfig,
     StorageConfig,
     ApiConfig,
+    DeadlineConfig,
+    RetryConfig,
     LogConfig,
 )
