@@ -23,7 +23,7 @@ from mesh.runtime import Mesh
 from node.cluster import publish_http_addr, run_mesh
 from node.cluster_state import SharedState, open_shared_state, run_ticker
 from node.config import HttpConfig, NodeConfig
-from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, listen
+from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
@@ -61,6 +61,9 @@ LISTEN_BACKLOG = 1024
 
 def _connection_limits(http: HttpConfig) -> ConnectionLimits:
     cap = http.max_connections or default_max_connections()
+    room = fd_room()
+    if room is not None and cap > room:
+        log.warning("--max-connections %d is more than the open-file limit leaves room for (%d)", cap, room)
     log.info("accepting at most %d client connections", cap)
     return ConnectionLimits(
         max_connections=cap,

@@ -78,12 +78,17 @@ REFUSAL_RESPONSE = (
 )
 
 
-def default_max_connections() -> int:
-    """The cap derived from this process's open-file limit (RLIMIT_NOFILE, soft) minus `FD_HEADROOM`."""
+def fd_room() -> int | None:
+    """Client connections this process's open-file limit (RLIMIT_NOFILE, soft) leaves room for, `FD_HEADROOM`
+    kept free; None when it is unlimited."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_CONNECTIONS_CEILING
-    return max(1, min(soft - FD_HEADROOM, MAX_CONNECTIONS_CEILING))
+    return None if soft == resource.RLIM_INFINITY else soft - FD_HEADROOM
+
+
+def default_max_connections() -> int:
+    """The cap without --max-connections: what the open-file limit leaves, at most `MAX_CONNECTIONS_CEILING`."""
+    room = fd_room()
+    return MAX_CONNECTIONS_CEILING if room is None else max(1, min(room, MAX_CONNECTIONS_CEILING))
 
 
 @dataclass(frozen=True, slots=True)
