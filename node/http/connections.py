@@ -141,6 +141,7 @@ class ConnectionGate:
             self.open -= 1
 
     def waiting(self, handler: GuardedHandler, waiting: bool) -> None:
+        """``handler`` now waits for a request (an eviction candidate, the newest) or serves one (not one)."""
         self._waiting.pop(handler, None)
         if waiting and handler.counted:
             self._waiting[handler] = None  # re-inserted: now the newest
@@ -163,7 +164,8 @@ class ConnectionGate:
         self._unlogged.clear()
 
     def middleware(self) -> Middleware:
-        """Tells each connection when it serves a request (its head is complete) and when its handler ended."""
+        """Tells each connection when it starts serving a request (its head is complete); the end is
+        `GuardedHandler.finish_response`. Outermost, so it runs before any other middleware."""
 
         @web.middleware
         async def track(request: web.Request, handler: Handler) -> web.StreamResponse:
