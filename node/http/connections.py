@@ -28,15 +28,16 @@ import logging
 import resource
 import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.typedefs import Middleware
 
 from node.http.errors import error_body
+from node.http.protocol import EnvelopeRequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +178,9 @@ class ConnectionGate:
         return track
 
 
-class GuardedHandler(web.RequestHandler):
-    """aiohttp's handler of one connection, with the header, body and write timeouts (see the module doc).
+class GuardedHandler(EnvelopeRequestHandler):
+    """aiohttp's handler of one connection, with the header, body and write timeouts (see the module doc), and
+    aiohttp's own rejections in OpenAI's envelope (node/http/protocol.py).
 
     Timers run on the loop's clock; each is armed only while its phase lasts: header from the accept (or the
     first byte after a response) to the request's start, body from the start to the body's end, write while
@@ -187,11 +189,10 @@ class GuardedHandler(web.RequestHandler):
 
     __slots__ = ("_body", "_body_timer", "_gate", "_head_timer", "_serving", "_timers", "_write_timer", "counted")
 
-    def __init__(self, manager: web.Server, gate: ConnectionGate) -> None:
+    def __init__(self, manager: web.Server, gate: ConnectionGate, handler_args: Mapping[str, Any]) -> None:
         loop = asyncio.get_running_loop()
-        # access_log=None turns the access log off, as AppRunner(access_log=None) documents; the stub says Logger.
-        idle_s = gate.limits.idle_timeout_s
-        super().__init__(manager, loop=loop, keepalive_timeout=idle_s, access_log=None)  # type: ignore[arg-type]
+        args = {**handler_args, "keepalive_timeout": gate.limits.idle_timeout_s}
+        super().__init__(manager, loop=loop, **args)
         self._timers = loop
         self._gate = gate
         self.counted = True  # the gate counted this connection when it admitted it
@@ -294,9 +295,13 @@ async def listen(
     server = runner.server
     if server is None:
         raise RuntimeError("listen() needs runner.setup() first")
+    # What aiohttp passes every connection's RequestHandler: the runner's arguments (access_log=None) and the
+    # application's handler_args (header limits, no auto-decompression; node/http/server.py). web.Server keeps
+    # them without a public accessor; they are only read here.
+    handler_args: Mapping[str, Any] = server._kwargs
 
     def connection() -> asyncio.Protocol:
-        return GuardedHandler(server, gate) if gate.admit() else _Refused()
+        return GuardedHandler(server, gate, handler_args) if gate.admit() else _Refused()
 
     loop = asyncio.get_running_loop()
     return await loop.create_server(connection, host, port, backlog=backlog, reuse_port=reuse_port)

@@ -18,6 +18,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from node.cluster.health import HealthBoard
+from node.cluster.registry import WorkerSpec
 from node.config import WorkerPoolConfig
 from node.errors import KvEventsUnsupported, NoHealthyWorker, WorkerFailed
 from node.routing.kv_index import Resubscribe
@@ -27,9 +29,7 @@ from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
 from node.workers.breaker_client import BreakerClient
 from node.workers.client import WorkerClient
-from node.workers.health import HealthBoard
 from node.workers.kv_convert import EngineLoad
-from node.workers.registry import WorkerSpec
 from node.workers.types import ModelInfo
 
 log = logging.getLogger(__name__)
