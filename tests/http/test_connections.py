@@ -179,7 +179,6 @@ async def _under_pressure(cluster: Cluster, idle_count: int) -> None:
         opened = [asyncio.Event() for _ in range(SLOWLORIS)]
         slow: list[Awaitable[float]] = [asyncio.create_task(_slowloris(port, e)) for e in opened]
         streams = [await _non_reading_client(port, _long_stream(cluster.model)) for _ in range(NON_READING)]
-        streams_started = time.monotonic()
         await asyncio.gather(*(e.wait() for e in opened))
         opened_in = time.monotonic() - started
 
@@ -192,7 +191,8 @@ async def _under_pressure(cluster: Cluster, idle_count: int) -> None:
         lasted = await asyncio.gather(*slow)
         assert max(lasted) < HEADER_TIMEOUT_S + SLACK_S, lasted
         assert min(lasted) >= HEADER_TIMEOUT_S - 0.1, "closed before its time"
-        # The non-reading clients' generations are aborted (the worker sees Abort), long before they could end.
+        # The non-reading clients' generations are aborted: the worker sees an Abort for each (a finished
+        # generation is never aborted; ignore_eos and no stop strings, so nothing else ends these early).
         deadline = time.monotonic() + 10
         while len(engine.aborted_request_ids) - aborted_before < NON_READING or engine.active_request_ids:
             assert time.monotonic() < deadline, (
@@ -200,7 +200,6 @@ async def _under_pressure(cluster: Cluster, idle_count: int) -> None:
                 engine.active_request_ids,
             )
             await asyncio.sleep(0.05)
-        assert time.monotonic() - streams_started < LONG_ANSWER_TOKENS * TPOT_S, "the streams were not cut short"
     finally:
         stop.set()
         await legit
