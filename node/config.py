@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
 
 from node.cluster import ClusterConfig
 from node.http.tenancy import ApiConfig
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
+from node.workers.worker_url import NetworkPolicy, parse_networks, parse_target
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
@@ -127,9 +127,34 @@ class WorkerPoolConfig:
         },
     )
 
+    max_workers: int = field(
+        default=256,
+        metadata={
+            "help": "most workers the cluster registry may hold (each costs every node two connections, a health "
+            "check per interval and a KV-event stream)"
+        },
+    )
+    worker_allowed_networks: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "CIDRs worker IP addresses must lie in (default: anywhere but link-local/metadata ranges, "
+            "which only a network listed here inside them opens)",
+            "metavar": "CIDR",
+        },
+    )
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        return NetworkPolicy(allowed=parse_networks(self.worker_allowed_networks, "worker_allowed_networks"))
+
     def __post_init__(self) -> None:
-        for url in (*self.workers, *self.prefill_workers, *self.decode_workers):
-            parse_worker_url(url)
+        policy = self.network_policy
+        urls = (*self.workers, *self.prefill_workers, *self.decode_workers)
+        for url in urls:
+            policy.check(url, parse_target(url))
+        _positive("max_workers", self.max_workers)
+        if len(set(urls)) > self.max_workers:
+            raise ValueError(f"workers: {len(set(urls))} given, more than max_workers ({self.max_workers})")
         _positive("health_interval_s", self.health_interval_s)
         _positive("health_timeout_s", self.health_timeout_s)
         _positive("health_publish_interval_s", self.health_publish_interval_s)
@@ -143,12 +168,8 @@ class LogConfig:
 
 
 def parse_worker_url(url: str) -> str:
-    """Return the gRPC target ``host:port`` of ``grpc://host:port``; raises ValueError naming the URL."""
-    parts = urlsplit(url)
-    if parts.scheme != "grpc" or not parts.hostname or parts.port is None:
-        raise ValueError(f"worker URL {url!r} must look like grpc://host:port")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{parts.port}"
+    """Return the gRPC target ``host:port`` of ``grpc[s]://host:port``; raises ValueError naming the URL."""
+    return parse_target(url).authority
 
 
 @dataclass(frozen=True, slots=True)

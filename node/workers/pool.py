@@ -31,6 +31,7 @@ from node.workers.health import HealthBoard
 from node.workers.kv_convert import EngineLoad
 from node.workers.registry import WorkerSpec
 from node.workers.types import ModelInfo
+from node.workers.worker_url import parse_target
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class WorkerPool:
         self._client_factory = client_factory
         self._new_breaker = breakers
         self._workers: dict[str, Worker] = {}
+        self._policy = config.network_policy
+        self._refused: set[str] = set()  # registry entries this node will not connect to (logged once each)
         self._started = False
         self._model_info_ready = asyncio.Event()
         specs = [WorkerSpec(url=url) for url in config.workers]
@@ -158,9 +161,43 @@ class WorkerPool:
             out = [w for w in out if self._model_of(w) == model]
         return out
 
+    def vet(self, spec: WorkerSpec, registered: int) -> None:
+        """Check a registration before it enters the registry, which holds ``registered`` workers now.
+
+        Raises ValueError, its message starting with the offending field (``url:``), when ``spec`` points
+        outside this node's allowed networks or would exceed ``max_workers``.
+        """
+        try:
+            self._policy.check(spec.url, parse_target(spec.url))
+        except ValueError as exc:
+            raise ValueError(f"url: {exc}") from None
+        if spec.id not in self._workers and registered >= self._config.max_workers:
+            raise ValueError(f"url: the cluster already has {registered} workers, the most this node allows")
+
+    def _admitted(self, specs: Mapping[str, WorkerSpec]) -> dict[str, WorkerSpec]:
+        """The registry's workers this node connects to: inside its network policy, at most ``max_workers``
+        (those it has first, then by id). Another node may have looser settings; ours bound what we hold."""
+        out: dict[str, WorkerSpec] = {}
+        for wid in sorted(specs, key=lambda wid: (wid not in self._workers, wid)):
+            spec = specs[wid]
+            try:
+                self._policy.check(spec.url, parse_target(spec.url))
+                if len(out) >= self._config.max_workers:
+                    raise ValueError(f"more than max_workers ({self._config.max_workers}) are registered")
+            except ValueError as exc:
+                if wid not in self._refused:
+                    log.warning("not connecting to registered worker %s: %s", spec.url, exc)
+                    self._refused.add(wid)
+                continue
+            out[wid] = spec
+        self._refused &= specs.keys()
+        return out
+
     def sync(self, specs: Mapping[str, WorkerSpec]) -> None:
-        """Make the pool hold exactly ``specs`` (the registry's workers): start watching new ones, stop
-        and close removed ones. A changed spec (same URL, new model/role/labels) is updated in place."""
+        """Make the pool hold exactly ``specs`` (the registry's workers; those ``_admitted`` here): start
+        watching new ones, stop and close removed ones. A changed spec (same URL, new model/role/labels) is
+        updated in place."""
+        specs = self._admitted(specs)
         changed = False
         for wid in [wid for wid in self._workers if wid not in specs]:
             worker = self._workers.pop(wid)
