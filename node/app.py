@@ -36,6 +36,7 @@ from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
+from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
@@ -63,7 +64,8 @@ def _bound_port(runner: web.AppRunner) -> int:
 async def run_node(
     config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
 ) -> AsyncIterator[RunningNode]:
-    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
+    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
+    WorkerTlsError on unusable worker TLS files."""
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -105,7 +107,11 @@ async def run_node(
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory
-            or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
+            or functools.partial(
+                VllmGrpcClient,
+                generate_transport=config.workers.generate_transport,
+                channel=ChannelConfig.from_pool(config.workers),
+            ),
             policies=policy_for,
             policy_name=routing.policy,
             breakers=functools.partial(

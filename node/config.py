@@ -127,6 +127,35 @@ class WorkerPoolConfig:
         },
     )
 
+    worker_ping_after_s: float = field(
+        default=5.0,
+        metadata={
+            "help": "a Generate connection (h2) silent this long while calls are open sends a PING (then after 2x "
+            "and 4x as long; none more until data arrives, as gRPC servers' ping limits require)"
+        },
+    )
+    worker_ping_timeout_s: float = field(
+        default=5.0,
+        metadata={"help": "a PING unanswered this long: the connection is dead and its calls fail (both transports)"},
+    )
+    worker_keepalive_s: float = field(
+        default=10.0,
+        metadata={"help": "grpc.aio's keepalive_time: it PINGs this often (workers refuse more often than they allow)"},
+    )
+    worker_idle_timeout_s: float = field(
+        default=300.0, metadata={"help": "a worker connection without calls this long is closed (reopened on use)"}
+    )
+    worker_tls_ca_file: str = field(
+        default="",
+        metadata={"help": "PEM CA certificate(s) grpcs:// workers' certificates must chain to (default: system)"},
+    )
+    worker_tls_cert_file: str = field(
+        default="", metadata={"help": "PEM client certificate presented to grpcs:// workers (mutual TLS)"}
+    )
+    worker_tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM key of worker_tls_cert_file"})
+    worker_tls_server_name: str = field(
+        default="", metadata={"help": "name grpcs:// workers' certificates must carry (default: the URL's host)"}
+    )
     max_workers: int = field(
         default=256,
         metadata={
@@ -153,6 +182,10 @@ class WorkerPoolConfig:
         for url in urls:
             policy.check(url, parse_target(url))
         _positive("max_workers", self.max_workers)
+        for name in ("worker_ping_after_s", "worker_ping_timeout_s", "worker_keepalive_s", "worker_idle_timeout_s"):
+            _positive(name, getattr(self, name))
+        if bool(self.worker_tls_cert_file) != bool(self.worker_tls_key_file):
+            raise ValueError("worker_tls_cert_file, worker_tls_key_file: set both (mutual TLS) or neither")
         if len(set(urls)) > self.max_workers:
             raise ValueError(f"workers: {len(set(urls))} given, more than max_workers ({self.max_workers})")
         _positive("health_interval_s", self.health_interval_s)
