@@ -136,6 +136,9 @@ class ChannelConfig:
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.keepalive_time_ms", int(self.grpc_keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(keepalive.timeout_s * 1000)),
+            # grpc core (>= 1.5x) waits for any PING's ACK this long before failing the connection, whatever
+            # keepalive_timeout says (its default, a minute, would let a stream hang that long).
+            ("grpc.http2.ping_timeout_ms", int(keepalive.timeout_s * 1000)),
             # The channel carries health checks every interval, so it is rarely without calls; pinging then
             # too finds a dead path before the next request does. Workers must permit it (vLLM's server does).
             ("grpc.keepalive_permit_without_calls", 1),

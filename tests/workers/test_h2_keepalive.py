@@ -110,6 +110,27 @@ async def test_a_half_open_connection_fails_its_stream_within_ping_after_plus_ti
         await proxy.close()
 
 
+async def test_grpc_aio_transport_keepalive_fails_a_half_open_stream_too(slow_worker: SimWorker) -> None:
+    proxy = FreezableProxy(slow_worker.port)
+    await proxy.start()
+    channel = ChannelConfig(keepalive=KeepaliveConfig(timeout_s=0.5), grpc_keepalive_s=0.5)
+    client = VllmGrpcClient(f"grpc://127.0.0.1:{proxy.port}", generate_transport="grpc", channel=channel)
+    try:
+        stream = client.generate(_long_request("half-open-grpc"))
+        await anext(stream)
+        proxy.freeze()
+        started = time.monotonic()
+        with pytest.raises(WorkerFailed, match="Generate failed: UNAVAILABLE"):
+            async with asyncio.timeout(10):  # grpc core's default ping timeout would make this a minute
+                async for _ in stream:
+                    pass
+        # keepalive + timeout, and grpc core's own floor of 1 s between pings
+        assert time.monotonic() - started < 0.5 + 0.5 + 1.0 + 0.5
+    finally:
+        await client.close()
+        await proxy.close()
+
+
 async def test_a_stalled_loop_does_not_declare_a_live_connection_dead() -> None:
     """The loop is blocked through a PING's whole timeout, and the ACK is written only after: the stream is
     not failed (uvloop runs the overdue timer before it reads the socket; without the grace it would be)."""
