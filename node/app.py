@@ -104,6 +104,7 @@ async def run_node(
             kv_index = kv_indexes.of(model) if kv_indexes is not None else None
             return make_policy(name, routing, kv_index=kv_index, hints=hints)
 
+        lag_monitor = LoopLagMonitor()
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory
@@ -124,6 +125,7 @@ async def run_node(
             kv_indexes=kv_indexes,
             board=shared.board,
             model_of=lambda worker: _model_of(models, worker),
+            loop_lag=lag_monitor.recent_lag_s,
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
@@ -136,6 +138,7 @@ async def run_node(
         pool.sync(shared.registry.specs())
         stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
         pool.start()
+        supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
@@ -157,7 +160,7 @@ async def run_node(
             f" ({path.encoder_reason})" if path.encoder_reason else "",
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
-        supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        lag_monitor.export(metrics.registry)
         app = build_app(
             models=models,
             pool=pool,

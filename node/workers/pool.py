@@ -14,6 +14,7 @@ Policies: one per (role, served model), made on first use, so each model's pool 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,19 @@ ClientFactory = Callable[[str], WorkerClient]
 #: Makes the policy of one pool: (role, served model or None when the pool does not tell models apart).
 PolicyFactory = Callable[[str, str | None], RoutingPolicy]
 
+#: A health check's deadline stretches by the event-loop lag seen meanwhile, to at most this many times the
+#: deadline (Lifeguard's awareness multiplier; memberlist uses 8 for probes, but a health check also gates
+#: routing, so a dead worker must still leave within a few intervals).
+MAX_LAG_STRETCH = 4
+#: Lags below this are scheduling noise: they do not stretch a deadline.
+LAG_NOISE_S = 0.005
+#: A failed check while our loop lagged at least this much is not counted against the worker: a loop that
+#: stalls this long (GC, a CPU-heavy request, an overloaded host) cannot time a worker's answers.
+LAGGING_S = 0.25
+#: At most this many failed checks between two passed ones are excused that way: a dead worker still leaves
+#: rotation on a node that lags all the time, after (failures_to_unhealthy + this) checks.
+MAX_EXCUSED_CHECKS = 3
+
 # A broken KV-event stream is retried after this pause, doubling up to the cap.
 KV_RETRY_MIN_S = 0.5
 KV_RETRY_MAX_S = 30.0
@@ -52,6 +66,7 @@ class Worker:
     healthy: bool = False  # this node's own verdict: in rotation here
     checked: bool = False  # this node has a verdict of its own (else the cluster's counts)
     consecutive_failures: int = 0
+    excused_checks: int = 0  # failed checks not counted since the last passed one: our loop lagged through them
     in_flight: int = 0
     info: ModelInfo | None = None
     load: LoadView | None = None
@@ -95,11 +110,15 @@ class WorkerPool:
         kv_indexes: KvIndexes | None = None,
         board: HealthBoard | None = None,
         model_of: Callable[[Worker], str | None] | None = None,
+        loop_lag: Callable[[float], float] = lambda _within_s: 0.0,
     ) -> None:
         """``policies(role, model)`` makes the policy of a pool; ``policy_name`` is the default's (shown);
         ``breakers()`` makes a worker's circuit breaker.
         ``model_of`` says which served model a worker belongs to (None: not known yet, or none we serve);
-        without it every worker serves every model and there is one KV index."""
+        without it every worker serves every model and there is one KV index.
+        ``loop_lag(within_s)`` is this node's worst event-loop lag of the last ``within_s`` seconds
+        (``LoopLagMonitor.recent_lag_s``)."""
+        self._loop_lag = loop_lag
         self._config = config
         self._make_policy = policies
         self._policy_name = policy_name
@@ -361,32 +380,67 @@ class WorkerPool:
         return ok
 
     async def _check(self, worker: Worker) -> None:
-        # One deadline for the whole check (health, model info, load), never past the next check's start: a
-        # worker that accepts connections but never answers (hung, SIGSTOPped) fails at that boundary.
-        budget = min(self._config.health_timeout_s, self._config.health_interval_s)
-        try:
-            async with asyncio.timeout(budget):
-                ok = await self._probe(worker, budget)
-        except TimeoutError:
-            ok = False
-            worker.last_error = f"no answer to the health check within {budget:g} s"
+        ok, lag_s = await self._timed_probe(worker)
         if ok:
             if not worker.healthy:
                 log.info("worker %s healthy", worker.url)
             worker.healthy = True
             worker.checked = True
             worker.consecutive_failures = 0
+            worker.excused_checks = 0
             worker.last_error = ""
             self._publish(worker)
             return
-        worker.consecutive_failures += 1
         worker.last_error = worker.last_error or "health check failed"
+        if lag_s >= LAGGING_S and worker.excused_checks < MAX_EXCUSED_CHECKS:
+            # Our loop lagged through the check: its failure may be our delay, not the worker's. Not counted,
+            # but only so often between two passed checks: a dead worker still leaves rotation on a starved node.
+            worker.excused_checks += 1
+            log.info("health check of %s failed while this node lagged %.2f s: not counted", worker.url, lag_s)
+            return
+        worker.consecutive_failures += 1
         if worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
             if worker.healthy:
                 log.warning("worker %s unhealthy after %d failed checks", worker.url, worker.consecutive_failures)
             worker.healthy = False
             worker.checked = True
         self._publish(worker)
+
+    async def _timed_probe(self, worker: Worker) -> tuple[bool, float]:
+        """(passed, the worst loop lag seen during the check).
+
+        One deadline for the whole check (health, model info, load), never past the next check's start: a
+        worker that accepts connections but never answers (hung, SIGSTOPped) fails at that boundary. The
+        deadline stretches by the lag our own loop shows meanwhile (its timer firing late, the lag monitor),
+        at most ``MAX_LAG_STRETCH`` times (Lifeguard): the deadline measures the worker's answer time, not our
+        scheduling delay, and an answer that arrived while we were stalled still counts. The RPCs' own
+        deadlines are the stretched maximum, so they never cut the check shorter.
+        """
+        loop = asyncio.get_running_loop()
+        budget = min(self._config.health_timeout_s, self._config.health_interval_s)
+        probe = asyncio.ensure_future(self._probe(worker, budget * MAX_LAG_STRETCH))
+        started = loop.time()
+        deadline = started + budget
+        stretch_left = budget * (MAX_LAG_STRETCH - 1)
+        worst_lag = 0.0
+        try:
+            while True:
+                await asyncio.wait((probe,), timeout=max(0.0, deadline - loop.time()))
+                lag = max(self._loop_lag(loop.time() - started), loop.time() - deadline)
+                worst_lag = max(worst_lag, lag)
+                if probe.done():
+                    return probe.result(), worst_lag
+                extra = min(lag, stretch_left)
+                if extra < LAG_NOISE_S:
+                    worker.last_error = f"no answer to the health check within {budget:g} s"
+                    return False, worst_lag
+                stretch_left -= extra
+                deadline = loop.time() + extra
+        finally:
+            if not probe.done():
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe
 
     def _indexed_model(self, worker: Worker) -> tuple[bool, str | None]:
         """(known, model): the model whose KV index ``worker`` feeds; not known before its model is."""
