@@ -23,6 +23,8 @@ from node.http.tenancy import ApiConfig
 from node.logs import setup_logging
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
+from node.workers.deadlines import DeadlineConfig
+from node.workers.retry import RetryConfig
 from storage.config import StorageConfig
 
 log = logging.getLogger("smg-node")
@@ -57,6 +59,8 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
         tokenizer_cache=_build(TokenizerCacheConfig, args, values),
         storage=_build(StorageConfig, args, values),
         api=_build(ApiConfig, args, values),
+        deadlines=_build(DeadlineConfig, args, values),
+        retry=_build(RetryConfig, args, values),
     )
 
 

@@ -13,6 +13,8 @@ from node.cluster import ClusterConfig
 from node.http.tenancy import ApiConfig
 from node.pipeline.token_cache import TokenizerCacheConfig
 from node.routing.config import RoutingConfig
+from node.workers.deadlines import DeadlineConfig
+from node.workers.retry import RetryConfig
 from node.workers.worker_url import NetworkPolicy, parse_networks, parse_target
 from storage.config import StorageConfig
 
@@ -218,6 +220,8 @@ class NodeConfig:
     tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
 
 
 NODE_COMPONENTS: tuple[type, ...] = (
@@ -229,5 +233,7 @@ NODE_COMPONENTS: tuple[type, ...] = (
     ClusterConfig,
     StorageConfig,
     ApiConfig,
+    DeadlineConfig,
+    RetryConfig,
     LogConfig,
 )

@@ -59,5 +59,43 @@ class WorkerFailed(GatewayError):
     code = "worker_error"
 
 
+class WorkerProtocolError(WorkerFailed):
+    """The worker broke the Generate contract (a token id outside the vocabulary, a choice index >= n, more
+    cached than prompt tokens): a fault of that worker, counted against its circuit breaker."""
+
+    code = "worker_protocol_error"
+
+
+class WorkerIncomplete(WorkerFailed):
+    """The worker ended its Generate stream before every choice had finished."""
+
+
+class WorkerAborted(WorkerFailed):
+    """The worker ended a choice with finish reason "abort" that the gateway had not asked for."""
+
+
+class WorkerTimeout(WorkerFailed):
+    """A worker stream tripped a deadline (``kind``: "request", "first_token" or "idle").
+
+    ``received``: the worker had sent something before, so the request cannot move to another worker.
+    ``client_bound``: the deadline was the client's own (its SDK's timeout header): the client has given up,
+    which says nothing about the worker (no mark against its breaker, no retry).
+    """
+
+    status = 504
+    code = "worker_timeout"
+
+    def __init__(self, message: str, *, kind: str, received: bool, client_bound: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.received = received
+        self.client_bound = client_bound
+
+    @property
+    def retryable(self) -> bool:
+        """Worth sending to another worker: nothing came back yet and the client still waits."""
+        return not self.received and not self.client_bound
+
+
 class KvEventsUnsupported(WorkerFailed):
     """The worker does not implement SubscribeKvEvents (routing falls back to its own guesses)."""

@@ -15,11 +15,12 @@ import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 
-from node.errors import WorkerFailed
+from node.errors import WorkerAborted, WorkerFailed, WorkerIncomplete, WorkerProtocolError
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.stops import StopMatcher
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.policy import RouteRequest
+from node.workers.breaker_client import blame
 from node.workers.client import worker_batches
 from node.workers.pool import Worker, WorkerPool
 from node.workers.types import SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
@@ -238,7 +239,7 @@ class Generation:
                 batch: list[TextDelta] = []
                 for out in outs:
                     if out.index >= len(self._choices):
-                        raise WorkerFailed(
+                        raise WorkerProtocolError(
                             f"worker {worker.url} sent choice index {out.index} of n={len(self._choices)}"
                         )
                     self.usage.cached_tokens = max(self.usage.cached_tokens, out.cached_tokens)
@@ -254,9 +255,10 @@ class Generation:
             else:
                 worker_done = True
                 if self._open:
-                    raise WorkerFailed(f"worker {worker.url} ended the stream before finishing every choice")
-        except WorkerFailed:
+                    raise WorkerIncomplete(f"worker {worker.url} ended the stream before finishing every choice")
+        except WorkerFailed as exc:
             worker_done = not got_any  # nothing started there: nothing to abort
+            await blame(stream, exc)  # a fault we found in the stream counts against the worker's circuit
             raise
         finally:
             await stream.aclose()
@@ -297,7 +299,7 @@ class Generation:
         if out.finish_reason is not None and _is_open(choice):
             reason = out.finish_reason
             if reason == "abort":
-                raise WorkerFailed("the worker aborted the request")
+                raise WorkerAborted("the worker aborted the request")
             deltas.append(self._finish(choice, out.index, "length" if reason == "length" else "stop"))
         return deltas
 

@@ -46,6 +46,8 @@ class RouteRequest:
     routing_key: str | None = None
     now_s: float = 0.0  # the pool's monotonic clock when the request is routed
     model: str | None = None  # the served model; the pool offers only its workers as candidates
+    # URLs of workers this request already failed on: the pool offers them again only when no other is left.
+    exclude: frozenset[str] = frozenset()
 
 
 class Candidate(Protocol):

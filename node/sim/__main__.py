@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from node.sim.config import SIM_ROLES, SimWorkerConfig
+from node.sim.config import SIM_FAULTS, SIM_ROLES, SimWorkerConfig
 from node.sim.errors import SimError
 from node.sim.worker import run_sim_worker
 
@@ -27,6 +27,8 @@ def parse_config(argv: Sequence[str] | None = None) -> SimWorkerConfig:
         default = item.default
         if item.name == "role":
             parser.add_argument(flag, choices=SIM_ROLES, default=default, help=help_text)
+        elif item.name == "fault":
+            parser.add_argument(flag, choices=SIM_FAULTS, default=default, help=help_text)
         else:
             parser.add_argument(flag, type=type(default), default=default, help=help_text)
     namespace = parser.parse_args(argv)

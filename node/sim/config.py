@@ -13,6 +13,11 @@ from typing import Literal, get_args
 
 SimRole = Literal["regular", "prefill", "decode"]
 SIM_ROLES: tuple[str, ...] = get_args(SimRole)
+#: A Generate that misbehaves on purpose (node/sim/faults.py); "none" is the real simulated engine.
+SimFault = Literal[
+    "none", "hang", "hang_after", "endless", "oversized", "out_of_vocab", "huge_cached", "garbage", "wrong_message"
+]
+SIM_FAULTS: tuple[str, ...] = get_args(SimFault)
 
 # vLLM's GetServerInfo.kv_role vocabulary for each role (empty when no KV transfer is configured).
 KV_ROLE_BY_ROLE: dict[str, str] = {"regular": "", "prefill": "kv_producer", "decode": "kv_consumer"}
@@ -80,6 +85,17 @@ class SimWorkerConfig:
             "UNIMPLEMENTED, as an engine without a KV-event publisher does."
         },
     )
+    fault: SimFault = field(
+        default="none",
+        metadata={
+            "help": "Make every Generate misbehave, for fault tests and chaos demos (other RPCs stay healthy): "
+            + ", ".join(SIM_FAULTS)
+        },
+    )
+    fault_after_tokens: int = field(default=3, metadata={"help": "hang_after: tokens streamed before the hang."})
+    fault_chunk_tokens: int = field(
+        default=3_000_000, metadata={"help": "oversized: token ids in the one chunk (~3 bytes each on the wire)."}
+    )
 
     tls_cert_file: str = field(
         default="",
@@ -108,6 +124,9 @@ class SimWorkerConfig:
         _require(self.eos_after_tokens >= 0, "eos_after_tokens", "must be >= 0")
         _require(self.tokens_per_chunk >= 1, "tokens_per_chunk", "must be >= 1")
         _require(self.role in SIM_ROLES, "role", f"must be one of {', '.join(SIM_ROLES)}, got {self.role!r}")
+        _require(self.fault in SIM_FAULTS, "fault", f"must be one of {', '.join(SIM_FAULTS)}, got {self.fault!r}")
+        _require(self.fault_after_tokens >= 0, "fault_after_tokens", "must be >= 0")
+        _require(self.fault_chunk_tokens >= 1, "fault_chunk_tokens", "must be >= 1")
 
     @property
     def kv_role(self) -> str:

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from node.sim.config import SimWorkerConfig
 from node.sim.engine import SimEngine
 from node.sim.errors import ModelFolderError, SimError
+from node.sim.faults import fault_generate, register_with_fault
 from node.sim.health import HealthService
 from node.sim.model_folder import ModelFolder, load_model_folder
 from node.sim.servicer import SimEngineServicer
@@ -139,7 +140,17 @@ class SimWorker:
         if port == 0:
             raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}")
         engine = SimEngine(self._config, model.folder, model.vocabulary, endpoint=(self._config.host, port))
-        SimEngineServicer(engine).register(server)
+        servicer = SimEngineServicer(engine)
+        if self._config.fault == "none":
+            servicer.register(server)
+        else:
+            generate = fault_generate(
+                self._config.fault,
+                vocab_size=model.folder.vocab_size,
+                after_tokens=self._config.fault_after_tokens,
+                chunk_tokens=self._config.fault_chunk_tokens,
+            )
+            register_with_fault(servicer, server, generate)
         health_servicer = HealthService((SERVICE_NAME,))
         health_servicer.register(server)
         try:

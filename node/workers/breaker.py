@@ -13,12 +13,16 @@ circuit opened that end while it is open are no news of the worker now and chang
 Half-open admits one request at a time, the trial. A trial that ends with no verdict (the client left before
 the worker answered) is released; a trial never heard of again (lost before it was sent) counts as released
 after ``open_s``, so a lost trial cannot keep a worker out forever.
+
+Which outcomes are failures is ``node.workers.outcome``'s to say (``record``): only the worker's own faults.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Literal
+
+from node.workers.outcome import Outcome
 
 CircuitState = Literal["closed", "open", "half_open"]
 CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "open", "half_open")
@@ -86,6 +90,19 @@ class CircuitBreaker:
         self._trial_at = None
         self._opens += 1
         return True
+
+    def record(self, outcome: Outcome) -> bool:
+        """How a dispatched request ended: a worker fault counts as a failure, a success as one, anything
+        else (the request's fault, the client gone) releases a half-open trial. Returns whether this opened
+        the circuit."""
+        verdict = outcome.verdict
+        if verdict is None:
+            self.on_release()
+            return False
+        if verdict:
+            self.on_success()
+            return False
+        return self.on_failure()
 
     def on_release(self) -> None:
         """A request ended without a verdict on the worker: a trial it was frees the slot for another."""

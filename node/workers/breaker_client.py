@@ -6,14 +6,22 @@ retry) is counted, whichever transport carries it. A Generate stream ends in one
 - the worker finished it, or the caller stopped reading after the worker had answered (a stop string, n
   choices done): a success;
 - ``WorkerFailed`` before or after the first message (connect errors, UNAVAILABLE, a broken stream, an
-  engine-reported error): a failure, unless it is ``WorkerRejected`` (the request's fault): no verdict;
+  engine-reported error, a deadline, a broken contract): the outcome its class says (``outcome_of``): a
+  failure, or no verdict for ``WorkerRejected`` (the request's fault) and the client's own timeout;
 - the caller left before the worker answered anything (client gone, cancelled): no verdict.
+
+A request's deadlines (``WorkerRequest.deadlines``) are applied inside the observation, so a worker that
+stays silent fails with a ``WorkerTimeout`` its breaker counts (the client's own timeout excepted).
+
+A fault the consumer finds in what the stream said (it ended before every choice finished, an unasked
+abort, a broken contract) reaches the breaker through ``blame``, before the consumer closes the stream.
 
 Every other RPC passes through unobserved (health checks are the health loop's verdict).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from typing import TypeVar
@@ -21,8 +29,10 @@ from typing import TypeVar
 from node.errors import WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.breaker import CircuitBreaker
-from node.workers.client import WorkerClient, WorkerRejected, worker_batches
+from node.workers.client import WorkerClient, worker_batches
+from node.workers.deadlines import bounded
 from node.workers.kv_convert import EngineLoad
+from node.workers.outcome import Outcome, outcome_of
 from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
 
 log = logging.getLogger(__name__)
@@ -43,36 +53,50 @@ class BreakerClient:
     def inner(self) -> WorkerClient:
         return self._inner
 
-    def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
-        return self._observed(self._inner.generate(request))
+    async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
+        batches = self.generate_batches(request)
+        try:
+            async for batch in batches:
+                for out in batch:
+                    yield out
+        finally:
+            await batches.aclose()
 
     def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
         """Generate's messages as lists of those that arrived together (one each where the client cannot tell)."""
-        return self._observed(worker_batches(self._inner, request))
+        batches = worker_batches(self._inner, request)
+        if request.deadlines is not None:  # inside the observation: a tripped deadline is the worker's timeout
+            batches = bounded(batches, request.deadlines, url=self.url, streamed=request.stream)
+        return self._observed(batches, request.params.n)
 
-    async def _observed(self, stream: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
-        verdict: bool | None = None
+    async def _observed(
+        self, stream: AsyncGenerator[Sequence[WorkerOutput], None], n: int
+    ) -> AsyncGenerator[Sequence[WorkerOutput], None]:
+        outcome: Outcome | None = None
         answered = False
+        finished: set[int] = set()  # choices the worker finished (indexes < n only: bounded)
+        aborted = False  # a finish reason "abort": the gateway never asks for one on a stream it reads
         try:
-            async for item in stream:
+            async for batch in stream:
                 answered = True
-                yield item
-            verdict = True
-        except WorkerRejected:
-            raise
-        except WorkerFailed as exc:
-            verdict = False
-            if self._breaker.on_failure():
-                log.warning("worker %s: circuit open after failed requests: %s", self.url, exc.message)
+                for out in batch:
+                    if out.finish_reason is not None and 0 <= out.index < n:
+                        finished.add(out.index)
+                        aborted = aborted or out.finish_reason == "abort"
+                yield batch
+            outcome = Outcome.SUCCESS if len(finished) == n else Outcome.INCOMPLETE
+        except WorkerFailed as exc:  # the worker's, or one the consumer threw in (``blame``)
+            outcome = outcome_of(exc)
             raise
         finally:
             await stream.aclose()
-            if verdict is None and answered:
-                verdict = True  # the caller stopped reading a worker that was answering
-            if verdict:
-                self._breaker.on_success()
-            elif verdict is None:
-                self._breaker.on_release()
+            if outcome is None:
+                # The caller stopped reading: a worker that was answering works; before that, no news.
+                outcome = Outcome.SUCCESS if answered else Outcome.CLIENT_GONE
+            if aborted and outcome in (Outcome.SUCCESS, Outcome.INCOMPLETE):
+                outcome = Outcome.UNASKED_ABORT
+            if self._breaker.record(outcome):
+                log.warning("worker %s: circuit open after failed requests (last: %s)", self.url, outcome.value)
 
     async def model_info(self, *, timeout_s: float) -> ModelInfo:
         return await self._inner.model_info(timeout_s=timeout_s)
@@ -93,3 +117,11 @@ class BreakerClient:
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+async def blame(stream: AsyncGenerator[T, None], error: WorkerFailed) -> None:
+    """The consumer of a Generate stream rejects it for ``error``, a fault it found in what the worker sent:
+    the worker's breaker counts ``error``'s outcome instead of a success, and the stream is closed. A stream
+    that has ended already (it raised ``error`` itself, and was counted then) is left as it is."""
+    with contextlib.suppress(WorkerFailed):
+        await stream.athrow(error)

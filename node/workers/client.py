@@ -16,6 +16,11 @@ class WorkerRejected(WorkerFailed):
     duplicate id), not the worker: the client sees the same error, the worker's circuit breaker no failure."""
 
 
+class WorkerUnavailable(WorkerFailed):
+    """The worker could not take the request (gRPC UNAVAILABLE: connection refused or lost, the server
+    shutting down): worth sending to another worker if nothing came back yet."""
+
+
 class WorkerClient(Protocol):
     """One connection to one worker, reused by every request.
 

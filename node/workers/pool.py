@@ -288,12 +288,16 @@ class WorkerPool:
 
     def select(self, request: RouteRequest, *, role: str = "regular") -> Worker:
         """Pick a worker of ``role`` for ``request`` and tell the policy and its breaker; raises NoHealthyWorker
-        (503) when none is in rotation (unhealthy or circuit open). Synchronous on purpose: select and
+        (503) when none is in rotation (unhealthy or circuit open). Workers in ``request.exclude`` are chosen only
+        when no other is in rotation. Synchronous on purpose: select and
         on_routed happen with no await in between."""
         candidates = self.healthy(role, request.model)
         if not candidates:
             what = "worker" if role == "regular" else f"{role} worker"
             raise NoHealthyWorker(f"no healthy {what} is available to serve this request; try again later")
+        if request.exclude:
+            # A retry goes elsewhere if it can; with no other worker, back to one it failed on (after backoff).
+            candidates = [w for w in candidates if w.url not in request.exclude] or candidates
         stamped = replace(request, now_s=asyncio.get_running_loop().time())
         policy = self._policy_of(role, request.model)
         chosen = policy.select(candidates, stamped)

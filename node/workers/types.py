@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from node.workers.deadlines import Deadlines
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -35,6 +37,9 @@ class WorkerRequest:
     params: SamplingParams
     stream: bool = True
     kv_transfer_params_json: str | None = None
+    # The stream's deadlines (node.workers.deadlines.deadlines_for), applied where the worker's breaker sees
+    # them (BreakerClient): a tripped one is a WorkerTimeout the breaker counts. None: unbounded.
+    deadlines: Deadlines | None = None
 
 
 @dataclass(frozen=True, slots=True)

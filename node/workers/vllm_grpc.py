@@ -21,7 +21,7 @@ from node.config import DEFAULT_GENERATE_TRANSPORT, GenerateTransport
 from node.errors import KvEventsUnsupported, WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.channel_config import ChannelConfig
-from node.workers.client import WorkerRejected
+from node.workers.client import WorkerRejected, WorkerUnavailable
 from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
@@ -31,6 +31,8 @@ from node.workers.worker_url import parse_target
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # Statuses that blame the request, not the worker (WorkerRejected): no mark against its circuit breaker.
 REQUEST_FAULT_STATUSES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "ALREADY_EXISTS"})
+# The status of a worker that could not take the call (WorkerUnavailable): another worker may.
+UNAVAILABLE_STATUS = "UNAVAILABLE"
 _GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (grpc-stubs lacks it) what read() returns at the end
 
@@ -102,7 +104,11 @@ def _output(resp: Any) -> WorkerOutput:
 
 
 def _failed(url: str, what: str, status: str, details: str) -> WorkerFailed:
-    kind = WorkerRejected if status in REQUEST_FAULT_STATUSES else WorkerFailed
+    kind: type[WorkerFailed] = WorkerFailed
+    if status in REQUEST_FAULT_STATUSES:
+        kind = WorkerRejected
+    elif status == UNAVAILABLE_STATUS:
+        kind = WorkerUnavailable
     return kind(f"worker {url}: {what} failed: {status}: {details}".rstrip(": "))
 
 
@@ -211,6 +217,8 @@ class VllmGrpcClient:
         try:
             # read() rather than `async for`: one async-generator layer less per message on the hot path.
             while (resp := await call.read()) is not _EOF:
+                if resp is None:  # grpc.aio logs the DecodeError and hands back None for an unparsable message
+                    raise WorkerFailed(f"worker {self._url}: Generate failed: INTERNAL: an unparsable message")
                 yield [_output(resp)]
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(self._url, "Generate", exc) from exc

@@ -1,0 +1,204 @@
+"""Deadlines of one worker stream: the whole request, the first message, and the gap between messages.
+
+A worker whose health checks pass while its Generate hangs (a wedged engine loop, a SIGSTOPped process
+behind a live socket) would otherwise hold the request until the client gives up, and its circuit would never
+open. Every Generate stream the gateway reads is therefore bounded three ways (``DeadlineConfig``), tightened
+by the client's own timeout where its SDK says it (``deadlines_for``). A tripped deadline raises
+``WorkerTimeout``: a worker fault unless the deadline was the client's.
+
+``StreamDeadline`` is the pure part (times in, the next due time and the tripped kind out); ``bounded`` is
+the asyncio shell applying it to an async generator on the loop's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from node.errors import WorkerTimeout
+
+DeadlineKind = Literal["request", "first_token", "idle"]
+
+#: The official OpenAI/Anthropic SDKs in JavaScript send their total per-request timeout here, in whole
+#: seconds (``X-Stainless-Timeout: 600``): past it the client has given up.
+TOTAL_TIMEOUT_HEADER = "x-stainless-timeout"
+#: The Python SDKs send httpx's read timeout here, in seconds (``X-Stainless-Read-Timeout: 600.0``): the
+#: longest the client waits for the next bytes. For a streamed answer that bounds the gap between events;
+#: for a non-streamed one (one body at the end) it bounds the whole request.
+READ_TIMEOUT_HEADER = "x-stainless-read-timeout"
+
+T = TypeVar("T")
+
+
+def _non_negative(name: str, value: float) -> None:
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineConfig:
+    """Bounds of every Generate stream the node reads from a worker; 0 switches one off."""
+
+    request_timeout_s: float = field(
+        default=600.0,
+        metadata={
+            "help": "a worker request (prefill to last token) longer than this fails with 504 (0 = no bound); "
+            "the OpenAI SDKs' own default timeout"
+        },
+    )
+    first_token_timeout_s: float = field(
+        default=120.0,
+        metadata={
+            "help": "a streamed worker request with no first message within this fails; nothing was relayed "
+            "yet, so it is retried elsewhere (0 = no bound). Covers queueing plus the prefill of a 128k prompt "
+            "on a busy GPU"
+        },
+    )
+    inter_token_timeout_s: float = field(
+        default=60.0,
+        metadata={
+            "help": "a streamed worker request silent this long between messages fails (0 = no bound); long "
+            "enough for a preempted sequence to be recomputed"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        _non_negative("request_timeout_s", self.request_timeout_s)
+        _non_negative("first_token_timeout_s", self.first_token_timeout_s)
+        _non_negative("inter_token_timeout_s", self.inter_token_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    seconds: float
+    client_bound: bool = False  # the client's own timeout, not the node's
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """The bounds of one request (None: unbounded)."""
+
+    request: Limit | None = None
+    first_token: Limit | None = None
+    idle: Limit | None = None
+
+
+def _node_limit(seconds: float) -> Limit | None:
+    return Limit(seconds) if seconds > 0 else None
+
+
+def _tighter(node: Limit | None, client_s: float | None) -> Limit | None:
+    if client_s is None or (node is not None and node.seconds <= client_s):
+        return node
+    return Limit(client_s, client_bound=True)
+
+
+def _header_seconds(headers: Mapping[str, str], name: str) -> float | None:
+    """A positive finite number of seconds, else None (absent or garbage headers are ignored, not errors:
+    they are hints from the client's SDK, never part of the request)."""
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None
+    return value if value > 0 and math.isfinite(value) else None
+
+
+def deadlines_for(config: DeadlineConfig, headers: Mapping[str, str], *, client_stream: bool) -> Deadlines:
+    """The deadlines of one request: the node's, tightened by the client's SDK timeout headers (never loosened).
+
+    ``headers`` must look names up case-insensitively (aiohttp's ``request.headers`` does).
+    """
+    total_s = _header_seconds(headers, TOTAL_TIMEOUT_HEADER)
+    read_s = _header_seconds(headers, READ_TIMEOUT_HEADER)
+    request_cap = total_s if client_stream or read_s is None else min(read_s, total_s or math.inf)
+    gap_cap = read_s if client_stream else None
+    return Deadlines(
+        request=_tighter(_node_limit(config.request_timeout_s), request_cap),
+        first_token=_tighter(_node_limit(config.first_token_timeout_s), gap_cap),
+        idle=_tighter(_node_limit(config.inter_token_timeout_s), gap_cap),
+    )
+
+
+@dataclass(slots=True)
+class StreamDeadline:
+    """The deadlines of one worker stream started at ``started_at``. Pure: the caller passes the time.
+
+    ``streamed``: the worker sends messages as it generates. Without it the only message is the final one,
+    so only the request deadline applies (the first-token and gap bounds would cut every long answer).
+    """
+
+    deadlines: Deadlines
+    started_at: float
+    streamed: bool = True
+    _last_at: float | None = None  # when the latest message arrived; None: none yet
+
+    @property
+    def received(self) -> bool:
+        return self._last_at is not None
+
+    def on_message(self, now: float) -> None:
+        self._last_at = now
+
+    def next_due(self) -> tuple[float, DeadlineKind, Limit] | None:
+        """The earliest deadline still ahead: (absolute time, kind, limit); None when unbounded."""
+        d = self.deadlines
+        due: list[tuple[float, DeadlineKind, Limit]] = []
+        if d.request is not None:
+            due.append((self.started_at + d.request.seconds, "request", d.request))
+        if self.streamed and self._last_at is None and d.first_token is not None:
+            due.append((self.started_at + d.first_token.seconds, "first_token", d.first_token))
+        if self.streamed and self._last_at is not None and d.idle is not None:
+            due.append((self._last_at + d.idle.seconds, "idle", d.idle))
+        return min(due, key=lambda item: item[0]) if due else None
+
+    def expired(self, now: float) -> tuple[DeadlineKind, Limit] | None:
+        """The deadline tripped at ``now``, if any."""
+        due = self.next_due()
+        if due is None or now < due[0]:
+            return None
+        return due[1], due[2]
+
+    def error(self, kind: DeadlineKind, limit: Limit, url: str) -> WorkerTimeout:
+        what = {"request": "did not finish the request", "first_token": "sent nothing", "idle": "went silent"}[kind]
+        whose = " (the client's timeout)" if limit.client_bound else ""
+        return WorkerTimeout(
+            f"worker {url} {what} within {limit.seconds:g} s{whose}",
+            kind=kind,
+            received=self.received,
+            client_bound=limit.client_bound,
+        )
+
+
+async def bounded(
+    stream: AsyncGenerator[T, None], deadlines: Deadlines, *, url: str, streamed: bool = True
+) -> AsyncGenerator[T, None]:
+    """``stream`` under ``deadlines``, timed on the running loop's clock from this call's first step.
+
+    Raises WorkerTimeout when a deadline trips (the stream is closed first, cancelling its RPC); whatever
+    ``stream`` raises passes through.
+    """
+    loop = asyncio.get_running_loop()
+    state = StreamDeadline(deadlines, started_at=loop.time(), streamed=streamed)
+    try:
+        while True:
+            due = state.next_due()
+            timeout = asyncio.timeout_at(due[0] if due is not None else None)
+            try:
+                async with timeout:
+                    item = await anext(stream)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                if due is None or not timeout.expired():
+                    raise  # the stream's own TimeoutError, not our deadline
+                raise state.error(due[1], due[2], url) from None
+            state.on_message(loop.time())
+            yield item
+    finally:
+        await stream.aclose()
