@@ -9,90 +9,42 @@ of the model it serves.
 
 Policies: one per (role, served model), made on first use, so each model's pool keeps its own learned state
 (trees, rings, sticky keys, dispatch credit) and reads its own model's KV index.
+
+This module is the facade: it follows the registry (``sync``, ``vet``) and selects; the health loop is
+``health_check``, the KV-event subscriber ``kv_subscriber``, a worker's state ``worker``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from node.config import WorkerPoolConfig
-from node.errors import KvEventsUnsupported, NoHealthyWorker, WorkerFailed
-from node.routing.kv_index import Resubscribe
+from node.errors import NoHealthyWorker, WorkerFailed
 from node.routing.kv_indexes import KvIndexes
-from node.routing.policy import LoadView, RouteRequest, RoutingPolicy
+from node.routing.policy import RouteRequest, RoutingPolicy
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
 from node.workers.breaker_client import BreakerClient
 from node.workers.client import WorkerClient
 from node.workers.health import HealthBoard
-from node.workers.kv_convert import EngineLoad
+from node.workers.health_check import HealthChecker
+from node.workers.kv_subscriber import follow_kv_events
 from node.workers.registry import WorkerSpec
 from node.workers.types import ModelInfo
+from node.workers.worker import Worker
 from node.workers.worker_url import parse_target
 
 log = logging.getLogger(__name__)
 
+#: ``Worker`` stays importable from here, where callers have always found it.
+__all__ = ["ClientFactory", "PolicyFactory", "Worker", "WorkerPool"]
+
 ClientFactory = Callable[[str], WorkerClient]
 #: Makes the policy of one pool: (role, served model or None when the pool does not tell models apart).
 PolicyFactory = Callable[[str, str | None], RoutingPolicy]
-
-#: A health check's deadline stretches by the event-loop lag seen meanwhile, to at most this many times the
-#: deadline (Lifeguard's awareness multiplier; memberlist uses 8 for probes, but a health check also gates
-#: routing, so a dead worker must still leave within a few intervals).
-MAX_LAG_STRETCH = 4
-#: Lags below this are scheduling noise: they do not stretch a deadline.
-LAG_NOISE_S = 0.005
-#: A failed check while our loop lagged at least this much is not counted against the worker: a loop that
-#: stalls this long (GC, a CPU-heavy request, an overloaded host) cannot time a worker's answers.
-LAGGING_S = 0.25
-#: At most this many failed checks between two passed ones are excused that way: a dead worker still leaves
-#: rotation on a node that lags all the time, after (failures_to_unhealthy + this) checks.
-MAX_EXCUSED_CHECKS = 3
-
-# A broken KV-event stream is retried after this pause, doubling up to the cap.
-KV_RETRY_MIN_S = 0.5
-KV_RETRY_MAX_S = 30.0
-
-
-@dataclass(slots=True, eq=False)
-class Worker:
-    spec: WorkerSpec
-    client: WorkerClient  # counts every Generate's outcome in ``breaker``
-    breaker: CircuitBreaker
-    healthy: bool = False  # this node's own verdict: in rotation here
-    checked: bool = False  # this node has a verdict of its own (else the cluster's counts)
-    consecutive_failures: int = 0
-    excused_checks: int = 0  # failed checks not counted since the last passed one: our loop lagged through them
-    in_flight: int = 0
-    info: ModelInfo | None = None
-    load: LoadView | None = None
-    kv_events: str = "unknown"  # unknown | streaming | unsupported | retrying
-    stream_loads: bool = False  # its KV-event stream carries load records (then GetLoads polls are skipped)
-    last_error: str = field(default="")
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def url(self) -> str:
-        return self.client.url
-
-    @property
-    def role(self) -> str:
-        return self.spec.role
-
-    @property
-    def model(self) -> str:
-        """The model it serves: as registered, else as its GetModelInfo reports ("" before it answers)."""
-        if self.spec.model:
-            return self.spec.model
-        return self.info.served_model_name if self.info is not None else ""
 
 
 class WorkerPool:
@@ -118,7 +70,6 @@ class WorkerPool:
         without it every worker serves every model and there is one KV index.
         ``loop_lag(within_s)`` is this node's worst event-loop lag of the last ``within_s`` seconds
         (``LoopLagMonitor.recent_lag_s``)."""
-        self._loop_lag = loop_lag
         self._config = config
         self._make_policy = policies
         self._policy_name = policy_name
@@ -134,6 +85,7 @@ class WorkerPool:
         self._refused: set[str] = set()  # registry entries this node will not connect to (logged once each)
         self._started = False
         self._model_info_ready = asyncio.Event()
+        self._health = HealthChecker(config, board=board, loop_lag=loop_lag, on_model_info=self._model_info_ready.set)
         specs = [WorkerSpec(url=url) for url in config.workers]
         specs += [WorkerSpec(url=url, role="prefill") for url in config.prefill_workers]
         specs += [WorkerSpec(url=url, role="decode") for url in config.decode_workers]
@@ -194,23 +146,24 @@ class WorkerPool:
             raise ValueError(f"url: the cluster already has {registered} workers, the most this node allows")
 
     def _admitted(self, specs: Mapping[str, WorkerSpec]) -> dict[str, WorkerSpec]:
-        """The registry's workers this node connects to: inside its network policy, at most ``max_workers``
-        (those it has first, then by id). Another node may have looser settings; ours bound what we hold."""
-        out: dict[str, WorkerSpec] = {}
+        """The registry's workers this node connects to, in the registry's order: inside its network policy,
+        at most ``max_workers`` (those it has first, then by id). Another node may have looser settings; ours
+        bound what we hold."""
+        chosen: set[str] = set()
         for wid in sorted(specs, key=lambda wid: (wid not in self._workers, wid)):
             spec = specs[wid]
             try:
                 self._policy.check(spec.url, parse_target(spec.url))
-                if len(out) >= self._config.max_workers:
+                if len(chosen) >= self._config.max_workers:
                     raise ValueError(f"more than max_workers ({self._config.max_workers}) are registered")
             except ValueError as exc:
                 if wid not in self._refused:
                     log.warning("not connecting to registered worker %s: %s", spec.url, exc)
                     self._refused.add(wid)
                 continue
-            out[wid] = spec
+            chosen.add(wid)
         self._refused &= specs.keys()
-        return out
+        return {wid: spec for wid, spec in specs.items() if wid in chosen}
 
     def sync(self, specs: Mapping[str, WorkerSpec]) -> None:
         """Make the pool hold exactly ``specs`` (the registry's workers; those ``_admitted`` here): start
@@ -277,11 +230,12 @@ class WorkerPool:
             self._watch(worker)
 
     def _watch(self, worker: Worker) -> None:
-        worker.tasks.append(self._supervisor.spawn(self._health_loop(worker), name=f"health-{worker.url}"))
+        worker.tasks.append(self._supervisor.spawn(self._health.run(worker), name=f"health-{worker.url}"))
         if self._kv_indexes is not None:
-            worker.tasks.append(
-                self._supervisor.spawn(self._kv_loop(worker, self._kv_indexes), name=f"kv-events-{worker.url}")
+            kv = follow_kv_events(
+                worker, self._kv_indexes, model_of=self._model_of, recheck_s=self._config.health_interval_s
             )
+            worker.tasks.append(self._supervisor.spawn(kv, name=f"kv-events-{worker.url}"))
 
     async def close(self) -> None:
         await asyncio.gather(*(w.client.close() for w in self._workers.values()), return_exceptions=True)
@@ -312,7 +266,7 @@ class WorkerPool:
         worker.healthy = False
         worker.checked = True
         worker.last_error = error.message
-        self._publish(worker)
+        self._health.publish(worker)
 
     def abort_soon(self, worker: Worker, request_id: str) -> None:
         """Send Abort for ``request_id`` without making the caller wait (the task is owned and awaited)."""
@@ -331,163 +285,3 @@ class WorkerPool:
         except TimeoutError:
             return None
         return next((w.info for w in self._workers.values() if w.info is not None), None)
-
-    def _set_load(self, worker: Worker, load: EngineLoad) -> None:
-        worker.load = LoadView(
-            running=load.running,
-            waiting=load.waiting,
-            waiting_uncached_tokens=load.waiting_uncached_tokens,
-            token_usage=load.token_usage,
-            gen_throughput=load.gen_throughput,
-            updated_at=asyncio.get_running_loop().time() - load.age_s,
-        )
-
-    async def _health_loop(self, worker: Worker) -> None:
-        # Fixed rate: a check starts every interval whatever the last one took (at most one interval, see
-        # _check), so a worker that stops answering fails ``health_failures_to_unhealthy`` checks within that
-        # many intervals plus one, however long --health-timeout-s is.
-        loop = asyncio.get_running_loop()
-        interval = self._config.health_interval_s
-        next_at = loop.time()
-        while True:
-            await self._check(worker)
-            next_at = max(next_at + interval, loop.time())  # after a stall, no burst of checks to catch up
-            await asyncio.sleep(next_at - loop.time())
-
-    def _publish(self, worker: Worker) -> None:
-        if self._board is None:
-            return
-        load = worker.load
-        self._board.observe(
-            worker.id,
-            worker.healthy,
-            running=load.running if load is not None else 0,
-            waiting=load.waiting if load is not None else 0,
-            token_usage=load.token_usage if load is not None else 0.0,
-            error=worker.last_error,
-        )
-
-    async def _probe(self, worker: Worker, rpc_timeout_s: float) -> bool:
-        """Health, then (once) the model info and the load; False with ``last_error`` set on a failure."""
-        ok = await worker.client.health(timeout_s=rpc_timeout_s)
-        try:
-            if ok and worker.info is None:
-                worker.info = await worker.client.model_info(timeout_s=rpc_timeout_s)
-                self._model_info_ready.set()
-            if ok and not (worker.kv_events == "streaming" and worker.stream_loads):  # those are fresher
-                load = await worker.client.loads(timeout_s=rpc_timeout_s)
-                if load is not None:
-                    self._set_load(worker, load)
-        except WorkerFailed as exc:
-            ok = False
-            worker.last_error = exc.message
-        return ok
-
-    async def _check(self, worker: Worker) -> None:
-        ok, lag_s = await self._timed_probe(worker)
-        if ok:
-            if not worker.healthy:
-                log.info("worker %s healthy", worker.url)
-            worker.healthy = True
-            worker.checked = True
-            worker.consecutive_failures = 0
-            worker.excused_checks = 0
-            worker.last_error = ""
-            self._publish(worker)
-            return
-        worker.last_error = worker.last_error or "health check failed"
-        if lag_s >= LAGGING_S and worker.excused_checks < MAX_EXCUSED_CHECKS:
-            # Our loop lagged through the check: its failure may be our delay, not the worker's. Not counted,
-            # but only so often between two passed checks: a dead worker still leaves rotation on a starved node.
-            worker.excused_checks += 1
-            log.info("health check of %s failed while this node lagged %.2f s: not counted", worker.url, lag_s)
-            return
-        worker.consecutive_failures += 1
-        if worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
-            if worker.healthy:
-                log.warning("worker %s unhealthy after %d failed checks", worker.url, worker.consecutive_failures)
-            worker.healthy = False
-            worker.checked = True
-        self._publish(worker)
-
-    async def _timed_probe(self, worker: Worker) -> tuple[bool, float]:
-        """(passed, the worst loop lag seen during the check).
-
-        One deadline for the whole check (health, model info, load), never past the next check's start: a
-        worker that accepts connections but never answers (hung, SIGSTOPped) fails at that boundary. The
-        deadline stretches by the lag our own loop shows meanwhile (its timer firing late, the lag monitor),
-        at most ``MAX_LAG_STRETCH`` times (Lifeguard): the deadline measures the worker's answer time, not our
-        scheduling delay, and an answer that arrived while we were stalled still counts. The RPCs' own
-        deadlines are the stretched maximum, so they never cut the check shorter.
-        """
-        loop = asyncio.get_running_loop()
-        budget = min(self._config.health_timeout_s, self._config.health_interval_s)
-        probe = asyncio.ensure_future(self._probe(worker, budget * MAX_LAG_STRETCH))
-        started = loop.time()
-        deadline = started + budget
-        stretch_left = budget * (MAX_LAG_STRETCH - 1)
-        worst_lag = 0.0
-        try:
-            while True:
-                await asyncio.wait((probe,), timeout=max(0.0, deadline - loop.time()))
-                lag = max(self._loop_lag(loop.time() - started), loop.time() - deadline)
-                worst_lag = max(worst_lag, lag)
-                if probe.done():
-                    return probe.result(), worst_lag
-                extra = min(lag, stretch_left)
-                if extra < LAG_NOISE_S:
-                    worker.last_error = f"no answer to the health check within {budget:g} s"
-                    return False, worst_lag
-                stretch_left -= extra
-                deadline = loop.time() + extra
-        finally:
-            if not probe.done():
-                probe.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await probe
-
-    def _indexed_model(self, worker: Worker) -> tuple[bool, str | None]:
-        """(known, model): the model whose KV index ``worker`` feeds; not known before its model is."""
-        if self._model_of is None:
-            return True, None
-        model = self._model_of(worker)
-        return model is not None, model
-
-    async def _kv_loop(self, worker: Worker, indexes: KvIndexes) -> None:
-        """Feed its model's index from the worker's KV events, resubscribing after gaps and broken streams."""
-        pause = KV_RETRY_MIN_S
-        while True:
-            known, model = self._indexed_model(worker)
-            if not known:  # a worker's model is learned at a health check (or once the models are loaded)
-                await asyncio.sleep(self._config.health_interval_s)
-                continue
-            index = indexes.of(model)
-            try:
-                again = False
-                async for batch, load in worker.client.kv_events(index.resume_from(worker.url)):
-                    worker.kv_events = "streaming"
-                    pause = KV_RETRY_MIN_S
-                    if load is not None:
-                        worker.stream_loads = True
-                        self._set_load(worker, load)
-                    if self._indexed_model(worker) != (True, model):  # re-registered for another model
-                        log.info("worker %s now serves another model: resubscribing", worker.url)
-                        index.forget_worker(worker.url)
-                        again = True
-                        break
-                    if batch is not None and isinstance(index.apply(worker.url, batch), Resubscribe):
-                        log.info("KV events of %s skipped batches: resubscribing", worker.url)
-                        again = True
-                        break
-                if not again:  # the worker ended the stream: reconnect, but never in a tight loop
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, KV_RETRY_MAX_S)
-            except KvEventsUnsupported:
-                worker.kv_events = "unsupported"
-                log.info("worker %s publishes no KV events: routing learns from its own decisions", worker.url)
-                return
-            except WorkerFailed as exc:
-                worker.kv_events = "retrying"
-                log.debug("KV events of %s: %s", worker.url, exc.message)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, KV_RETRY_MAX_S)

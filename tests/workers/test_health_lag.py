@@ -18,7 +18,8 @@ from node.routing.round_robin import RoundRobin
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
 from node.workers.client import WorkerClient
-from node.workers.pool import MAX_EXCUSED_CHECKS, WorkerPool
+from node.workers.health_check import MAX_EXCUSED_CHECKS
+from node.workers.pool import WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
 from tests.procs import free_port, port_open, process, wait_until
 
