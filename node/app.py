@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
-from mesh.runtime import Mesh
-from node.cluster import publish_http_addr, run_mesh
-from node.cluster_state import SharedState, open_shared_state, run_ticker
+from mesh import Mesh
+from node.cluster.member import publish_http_addr, run_mesh
+from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
 from node.http.mesh_routes import add_mesh_routes
+from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
@@ -71,7 +71,7 @@ async def run_node(
         supervisor = Supervisor()
         mesh, channels = None, None
         if config.cluster.enabled:
-            channels = Channels()
+            channels = mesh_delegate()
             bind_http = f"{config.http.host}:{config.http.port}"
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
         routing = config.routing
@@ -85,7 +85,7 @@ async def run_node(
                 routing.page_size_tokens,
                 ttl_s=routing.affinity_hint_ttl_s,
                 max_entries=routing.affinity_hint_max_entries,
-                max_message_bytes=MAX_CHANNEL_MSG_BYTES,
+                max_message_bytes=HINT_MAX_MESSAGE_BYTES,
             )
         shared = open_shared_state(
             mesh=mesh,
@@ -170,11 +170,12 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            limits=config.limits,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
-        runner = web.AppRunner(
+        runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )
         await runner.setup()

@@ -8,9 +8,7 @@ import time
 import msgspec
 from aiohttp import web
 
-from mesh.errors import JoinError
-from mesh.member import Member, check_addr
-from mesh.runtime import Mesh
+from mesh import JoinError, Member, Mesh, check_addr
 from node.errors import GatewayError, InvalidRequest
 from node.http.errors import read_json
 

@@ -13,10 +13,10 @@ import asyncio
 import msgspec
 from aiohttp import web
 
+from node.cluster.registry import WorkerRegistry, WorkerSpec
 from node.errors import InvalidRequest, NotFound
 from node.http.errors import read_json
 from node.workers.pool import Worker, WorkerPool
-from node.workers.registry import WorkerRegistry, WorkerSpec
 
 MAX_WORKER_BODY_BYTES = 16 * 1024
 

@@ -14,9 +14,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from node.cluster.health import HealthBoard
 from node.config import WorkerPoolConfig
 from node.errors import WorkerFailed
-from node.workers.health import HealthBoard
 from node.workers.worker import Worker, set_load
 
 log = logging.getLogger(__name__)

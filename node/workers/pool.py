@@ -21,6 +21,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from node.cluster.health import HealthBoard
+from node.cluster.registry import WorkerSpec
 from node.config import WorkerPoolConfig
 from node.errors import NoHealthyWorker, WorkerFailed
 from node.routing.kv_indexes import KvIndexes
@@ -29,10 +31,8 @@ from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
 from node.workers.breaker_client import BreakerClient
 from node.workers.client import WorkerClient
-from node.workers.health import HealthBoard
 from node.workers.health_check import HealthChecker
 from node.workers.kv_subscriber import follow_kv_events
-from node.workers.registry import WorkerSpec
 from node.workers.types import ModelInfo
 from node.workers.worker import Worker
 from node.workers.worker_url import parse_target

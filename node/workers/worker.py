@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from node.cluster.registry import WorkerSpec
 from node.routing.policy import LoadView
 from node.workers.breaker import CircuitBreaker
 from node.workers.client import WorkerClient
 from node.workers.kv_convert import EngineLoad
-from node.workers.registry import WorkerSpec
 from node.workers.types import ModelInfo
 
 

@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 
 from node.app import run_node
-from node.cluster import ClusterConfig
+from node.cluster.config import ClusterConfig
+from node.cluster.registry import worker_id
 from node.errors import WorkerFailed
 from node.sim.worker import SimWorker
 from node.workers.client import WorkerClient
-from node.workers.registry import worker_id
 from node.workers.vllm_grpc import VllmGrpcClient
 from tests.http.conftest import fast_sim, node_config
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from node.cluster.registry import WorkerSpec
 from node.config import WorkerPoolConfig
 from node.routing.round_robin import RoundRobin
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
 from node.workers.pool import WorkerPool
-from node.workers.registry import WorkerSpec
 
 
 def _pool(config: WorkerPoolConfig, made: list[str], supervisor: Supervisor) -> WorkerPool:

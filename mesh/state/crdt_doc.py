@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from pycrdt import Doc, Map, MapEvent, TransactionEvent
 
-from mesh.state_wire import Generation, StateDecodeError, decode_sv, encode_sv
+from mesh.state.wire import Generation, StateDecodeError, decode_sv, encode_sv
 
 #: Transaction origin of updates that came from peers (observers must not re-broadcast them).
 REMOTE: Final = "remote"

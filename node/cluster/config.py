@@ -1,32 +1,19 @@
-"""The node's membership in the mesh: config, start/join/leave, and what the node publishes about itself.
+"""The node's cluster config and what it means for the mesh: the MeshConfig profile, the seeds to join and
+the metadata this node publishes about itself.
 
-`mesh/` knows nothing of LLMs; this module maps the node's typed config onto a MeshConfig profile, starts the
-member, keeps joining the seeds in the background until one answers, and leaves gracefully on shutdown (so
-peers see LEFT, not a failure).
+A leaf: imports only `mesh`'s public API, so `node.config` can hold it without importing any component.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+import ipaddress
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Literal
 
-from mesh.config import MeshConfig
-from mesh.delegate import Delegate
-from mesh.errors import JoinError, KeyringError
-from mesh.keyring import Keyring
-from mesh.member import NodeMeta, check_addr
-from mesh.runtime import Mesh
-
-log = logging.getLogger(__name__)
+from mesh import WILDCARD_HOSTS, MeshConfig, NodeMeta, check_addr, check_member_addr, join_addr
 
 Profile = Literal["lan", "wan", "local"]
-# After a join attempt gives up (MeshConfig.join_timeout_s), wait this long before trying the seeds again.
-REJOIN_PAUSE_S = 5.0
 
 
 def node_version() -> str:
@@ -58,6 +45,13 @@ class ClusterConfig:
     mesh_tls_ca: str = field(
         default="", metadata={"help": "PEM cluster CA: a peer's certificate must chain to it (names unchecked)"}
     )
+    mesh_insecure: bool = field(
+        default=False,
+        metadata={
+            "help": "allow a mesh on a non-loopback address without --mesh-key-file: anyone who reaches the port "
+            "can forge membership and cluster state (a warning is logged at start)"
+        },
+    )
     mesh_profile: Profile = field(default="lan", metadata={"help": "timing profile: lan, wan or local"})
     mesh_probe_interval_s: float = field(
         default=0.0, metadata={"help": "override the profile's probe interval (0: the profile's)"}
@@ -85,9 +79,18 @@ class ClusterConfig:
             host, _, port = self.mesh_bind.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"mesh_bind: expected host:port, got {self.mesh_bind!r}")
-        for addr in (self.mesh_advertise, *self.join):
-            if addr:
-                check_addr(addr)
+            if not self.mesh_advertise and host.strip("[]") not in WILDCARD_HOSTS:
+                try:  # advertised as is: members gossip literal IP addresses, never names
+                    check_member_addr(join_addr(host.strip("[]"), int(port) or 1))
+                except ValueError as exc:
+                    raise ValueError(f"mesh_bind: {exc} (or give --mesh-advertise IP:PORT)") from None
+        for addr in self.join:  # seeds may be names: joining resolves them
+            check_addr(addr)
+        if self.mesh_advertise:
+            try:
+                check_member_addr(self.mesh_advertise)
+            except ValueError as exc:
+                raise ValueError(f"mesh_advertise: {exc}") from None
         try:
             NodeMeta.create(version=node_version(), roles=self.roles)
         except ValueError as exc:
@@ -100,10 +103,24 @@ class ClusterConfig:
             raise ValueError(
                 f"mutual TLS needs all of mesh_tls_cert, mesh_tls_key, mesh_tls_ca; missing: {', '.join(missing)}"
             )
+        if self.unprotected and not self.mesh_insecure:
+            raise ValueError(
+                f"mesh_insecure: --mesh-bind {self.mesh_bind} is reachable from other hosts and there is no "
+                "--mesh-key-file, so anyone who can send it a packet can forge members, deaths and cluster state"
+                f"{' (mutual TLS protects TCP streams only, not UDP gossip)' if self.mesh_tls_cert else ''}; "
+                "give every node a keyring with --mesh-key-file, bind a loopback address, or accept the risk "
+                "with --mesh-insecure"
+            )
 
     @property
     def enabled(self) -> bool:
         return bool(self.mesh_bind)
+
+    @property
+    def unprotected(self) -> bool:
+        """The mesh listens where other hosts can reach it and has no keyring: its UDP gossip is forgeable
+        by anyone (mutual TLS covers TCP streams only). Loopback binds are for tests and demos on one host."""
+        return self.enabled and not self.mesh_key_file and not is_loopback(_split(self.mesh_bind)[0])
 
     @property
     def roles(self) -> dict[str, str]:
@@ -118,6 +135,16 @@ class ClusterConfig:
                 raise ValueError(f"role {key!r} given twice")
             out[key] = value
         return out
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (a literal IP or "localhost") is a loopback address (127.0.0.0/8, ::1); a wildcard is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
 
 
 def _split(addr: str) -> tuple[str, int]:
@@ -168,117 +195,6 @@ def seeds(config: ClusterConfig) -> list[str]:
     return out
 
 
-async def _join_forever(mesh: Mesh, peers: list[str]) -> None:
-    while True:
-        try:
-            answered = await mesh.join(peers)
-            log.info("joined the mesh through %d of %d seed(s)", answered, len(peers))
-            return
-        except JoinError as exc:
-            log.warning("%s; trying again in %.0f s", exc, REJOIN_PAUSE_S)
-            await asyncio.sleep(REJOIN_PAUSE_S)
-
-
-@contextlib.asynccontextmanager
-async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate | None = None) -> AsyncIterator[Mesh]:
-    """Start this node's member (``delegate``: the application state it carries); yield it; leave gracefully
-    and stop on exit.
-
-    Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start.
-    """
-    mesh = Mesh(mesh_config(config), meta=node_meta(config, http_addr), delegate=delegate)
-    await mesh.start()
-    peers = seeds(config)
-    joining = asyncio.create_task(_join_forever(mesh, peers), name="mesh-join") if peers else None
-    try:
-        log.info("mesh member %s listening on %s", mesh.name, mesh.addr)
-        yield mesh
-    finally:
-        if joining is not None:
-            joining.cancel()
-            await asyncio.gather(joining, return_exceptions=True)
-        # Also on SIGTERM (cancellation): peers must see a graceful LEFT, not a failure.
-        try:
-            await mesh.leave()
-        except Exception as exc:
-            log.warning("graceful leave failed: %s", exc)
-        await mesh.shutdown()
-
-
 def node_meta(config: ClusterConfig, http_addr: str) -> NodeMeta:
     """What this node publishes about itself. Raises ValueError if it exceeds the metadata bounds."""
     return NodeMeta.create(http_addr=http_addr, version=node_version(), roles=config.roles)
-
-
-def publish_http_addr(mesh: Mesh, config: ClusterConfig, http_addr: str) -> None:
-    """Tell the cluster where this node serves HTTP (known only after binding when the port was 0)."""
-    mesh.update_meta(node_meta(config, http_addr))
-
-
-# -- key rotation without downtime --
-
-
-def apply_keys(ring: Keyring, keys: Sequence[bytes]) -> tuple[int, int]:
-    """Make ``ring`` hold exactly ``keys`` with ``keys[0]`` the primary: add, then switch, then remove (the
-    ring is never without the key that decrypts a peer's traffic). Returns (added, removed) counts."""
-    if not keys:
-        raise KeyringError("keyring: at least one key is required")
-    before = set(ring.keys)
-    for key in keys:
-        ring.add(key)
-    ring.use(keys[0])
-    stale = [key for key in ring.keys if key not in keys]
-    for key in stale:
-        ring.remove(key)
-    return len(set(keys) - before), len(stale)
-
-
-def reload_key_file(mesh: Mesh, path: str) -> bool:
-    """Apply the key file at ``path`` to ``mesh``'s live keyring (see apply_keys). A file that cannot be read
-    or parsed is logged and changes nothing, as does a mesh running without encryption. Returns whether the
-    keyring was updated."""
-    ring = mesh.keyring
-    if ring is None:
-        log.error("mesh key file not reloaded: this mesh runs unencrypted (restart with --mesh-key-file)")
-        return False
-    try:
-        wanted = Keyring.load(path)
-    except KeyringError as exc:
-        log.error("mesh key file %s not reloaded, keyring unchanged: %s", path, exc)
-        return False
-    added, removed = apply_keys(ring, wanted.keys)
-    log.info(
-        "mesh key file %s reloaded: %d key(s), %d added, %d removed, its first key is the primary",
-        path,
-        len(ring.keys),
-        added,
-        removed,
-    )
-    return True
-
-
-class KeyFileReload:
-    """SIGHUP's action in `smg-node serve`: re-read the key file into the serving node's keyring.
-
-    Installed before the node starts: until it serves (and again while it shuts down) a SIGHUP is logged and
-    ignored, instead of ending the process by its default action.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._mesh: Mesh | None = None
-
-    def __call__(self) -> None:
-        if self._mesh is None:
-            log.warning("SIGHUP while the mesh is not serving: key file not reloaded")
-            return
-        reload_key_file(self._mesh, self.path)
-
-    @contextlib.contextmanager
-    def serving(self, mesh: Mesh | None) -> Iterator[None]:
-        """Within the block, SIGHUP reloads the key file into ``mesh``."""
-        self._mesh = mesh
-        try:
-            yield
-        finally:
-            self._mesh = None

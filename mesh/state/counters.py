@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from mesh.state_config import (
+from mesh.state.config import (
     COUNTER_TABLE,
     KEY_SEPARATOR,
     MAX_COUNTER_KEY_BYTES,
@@ -52,8 +52,8 @@ from mesh.state_config import (
     StateConfig,
     check_key,
 )
-from mesh.state_rows import RowTables, field_shard
-from mesh.state_types import Json, Row, StateLimitError, dumps
+from mesh.state.rows import RowTables, field_shard
+from mesh.state.values import Json, Row, StateLimitError, dumps
 
 #: Digits reserved per field for its count and epoch when accounting a shard's size: a counter admitted
 #: once keeps counting up to 10**20 - 1 per window, and epochs of 1 ms windows fit 15 digits until the

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from mesh.member import MemberState
 from mesh.runtime import Mesh
-from mesh.state import ClusterState
+from mesh.state.cluster_state import ClusterState
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mesh.state import ClusterState
-from mesh.state_types import Change, Json
+from mesh.state import Change, ClusterState, Json
 
 HEALTH_TABLE = "health"
 #: The health row is split by worker over this many documents, so a flip rewrites one small shard.

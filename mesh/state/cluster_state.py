@@ -9,10 +9,10 @@
         ... every tick_interval_s: state.tick(now, alive_member_names)
 
 What is stored where (one pycrdt document per table shard, a flat map of JSON text; see crdt_doc.py):
-rows (state_rows.py), registries (state_registry.py), counters (state_counters.py). How it travels:
-local writes become deltas (one Yrs transaction update each, with a versioned header, state_wire.py)
-piggybacked on gossip and relayed by every receiver (state_gossip.py); push-pull carries each document
-as a diff against what every live peer has reached, or in full on a join (state_sync.py).
+rows (rows.py), registries (registry.py), counters (counters.py). How it travels:
+local writes become deltas (one Yrs transaction update each, with a versioned header, wire.py)
+piggybacked on gossip and relayed by every receiver (gossip.py); push-pull carries each document
+as a diff against what every live peer has reached, or in full on a join (sync.py).
 
 Garbage collection and compaction, run by ``tick``:
 * the *janitor* — the live node with the smallest name (membership is the node's input to ``tick``) —
@@ -42,18 +42,18 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
 
-from mesh.crdt_doc import KeyChange, Replica
 from mesh.limits import MAX_USER_STATE_BYTES
-from mesh.state_config import KEY_SEPARATOR, StateConfig, check_table_name
-from mesh.state_counters import Counters
-from mesh.state_gossip import DeltaGossip
-from mesh.state_hlc import HybridClock
-from mesh.state_members import MemberView
-from mesh.state_registry import Registry, parse_registry_doc, registry_doc_name
-from mesh.state_rows import RowTables, parse_row_doc
-from mesh.state_sync import PeerKnowledge
-from mesh.state_types import Change, Json, Row, StateLimitError, StateMetrics
-from mesh.state_wire import (
+from mesh.state.config import KEY_SEPARATOR, StateConfig, check_table_name
+from mesh.state.counters import Counters
+from mesh.state.crdt_doc import KeyChange, Replica
+from mesh.state.gossip import DeltaGossip
+from mesh.state.hlc import HybridClock
+from mesh.state.members import MemberView
+from mesh.state.registry import Registry, parse_registry_doc, registry_doc_name
+from mesh.state.rows import RowTables, parse_row_doc
+from mesh.state.sync import PeerKnowledge
+from mesh.state.values import Change, Json, Row, StateLimitError, StateMetrics
+from mesh.state.wire import (
     Delta,
     DocState,
     Generation,
@@ -181,7 +181,7 @@ class ClusterState:
     def incr(self, key: str, limit: str, window_s: float, now: float, amount: int = 1) -> int:
         """Count admissions of ``key`` under the limit named ``limit`` (a counter per key, limit name and
         window) in the window containing ``now``; returns the global count.
-        Published at the next ``tick``. See state_counters.py for the over-admission bound. Raises
+        Published at the next ``tick``. See counters.py for the over-admission bound. Raises
         ValueError for bad arguments, StateLimitError for a new counter past max_counter_fields (or
         its shard's max_row_bytes): the caller decides whether to admit."""
         return self._counters.incr(key, limit, window_s, now, amount, live=self._is_live)
@@ -407,7 +407,7 @@ class ClusterState:
                 self._adopt(replica, section)
             return
         if section.gen < replica.gen or not sv_covers(replica.sv(), base):
-            return  # they will take ours; or a base we have not reached (see state_sync.py)
+            return  # they will take ours; or a base we have not reached (see sync.py)
         self._dispatch(section.doc, replica.apply(section.update), local=False)
         self._release_held(section.doc)
 

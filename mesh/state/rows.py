@@ -22,9 +22,9 @@ import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol
 
-from mesh.crdt_doc import KeyChange
-from mesh.state_config import StateConfig
-from mesh.state_types import Change, Json, Row, StateLimitError, dumps
+from mesh.state.config import StateConfig
+from mesh.state.crdt_doc import KeyChange
+from mesh.state.values import Change, Json, Row, StateLimitError, dumps
 
 #: Folds the observed version of one of our own row shards into the owner's state, which publishes the
 #: result itself (the counters: at their next flush, where a failure cannot escape into a peer's merge).

@@ -25,11 +25,11 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mesh.crdt_doc import KeyChange
-from mesh.state_config import KEY_SEPARATOR, MAX_ENTRY_KEY_BYTES, StateConfig, check_key
-from mesh.state_hlc import Hlc, HybridClock
-from mesh.state_rows import DocWriter
-from mesh.state_types import Change, Json, StateLimitError, dumps
+from mesh.state.config import KEY_SEPARATOR, MAX_ENTRY_KEY_BYTES, StateConfig, check_key
+from mesh.state.crdt_doc import KeyChange
+from mesh.state.hlc import Hlc, HybridClock
+from mesh.state.rows import DocWriter
+from mesh.state.values import Change, Json, StateLimitError, dumps
 
 
 def registry_doc_name(table: str) -> str:

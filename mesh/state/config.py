@@ -81,7 +81,7 @@ class StateConfig:
 
     # -- sharding --
     # 16 counter shards of max_row_bytes hold max_counter_fields counters with short keys (~75 B each as
-    # accounted, see state_counters.py) at about half full, so uneven hashing does not refuse early.
+    # accounted, see counters.py) at about half full, so uneven hashing does not refuse early.
     counter_shards: int = field(
         default=16, metadata=_help("documents the rate-limit counters are spread over (by key hash)")
     )

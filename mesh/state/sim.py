@@ -2,7 +2,7 @@
 
 Each simulated member gets a :class:`ClusterState` as its delegate; ``run_for`` advances the network and
 ticks every live state every ``tick_interval_s`` with the membership its own core sees — what
-``state_runner.run_state`` does on a real event loop. Shared by the tests and ``bench/state_bench.py``.
+``runner.run_state`` does on a real event loop. Shared by the tests and ``bench/state_bench.py``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from mesh.config import MeshConfig
 from mesh.member import MemberState
 from mesh.sim import Link, SimNetwork, SimNode
-from mesh.state import ClusterState
-from mesh.state_config import StateConfig
+from mesh.state.cluster_state import ClusterState
+from mesh.state.config import StateConfig
 
 #: Virtual time 0 is this wall-clock second (HLC timestamps then look like real ones).
 WALL_EPOCH_S = 1_700_000_000.0

@@ -28,7 +28,7 @@ from enum import IntEnum
 from typing import Final
 
 from mesh.errors import DecodeError
-from mesh.state_config import STATE_WIRE_VERSION
+from mesh.state.config import STATE_WIRE_VERSION
 
 #: Most (client, clock) pairs accepted in one state vector: live writers plus the residue of restarted
 #: ones between compactions; far above any real document.

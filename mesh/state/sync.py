@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from mesh.state_wire import Generation, sv_min
+from mesh.state.wire import Generation, sv_min
 
 
 class PeerKnowledge:

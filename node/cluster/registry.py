@@ -14,8 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from mesh.state import ClusterState
-from mesh.state_types import Change, Json
+from mesh.state import Change, ClusterState, Json
 from node.config import parse_worker_url
 
 WorkerRole = Literal["regular", "prefill", "decode"]

@@ -4,8 +4,8 @@ hints, carried by the mesh (or kept locally when the node runs alone).
 One ``ClusterState`` per node process, named like its mesh member so membership and state agree on who is
 alive. The mesh's single delegate slot is split into channels (``mesh.channels``): the replicated state on
 one, best-effort routing hints on the second, and on a third the recent hints a joining node is handed in the
-join push-pull (``node.hint_snapshot``). A ticker task drives the state's clocked work (counter flush,
-garbage collection) with the mesh's view of live members (as ``mesh.state_runner`` does for a bare state),
+join push-pull (``node.cluster.hint_snapshot``). A ticker task drives the state's clocked work (counter flush,
+garbage collection) with the mesh's view of live members (as ``mesh.state.run_state`` does for a bare state),
 plus the health board's publishing and the routing hints' sending.
 
 Without a mesh the same code runs on a standalone state: one code path, and a node that later joins a
@@ -21,15 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from mesh.best_effort import BestEffortBroadcast
-from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
-from mesh.runtime import Mesh
-from mesh.state import ClusterState
-from mesh.state_config import StateConfig
-from mesh.state_runner import live_members
-from node.hint_snapshot import HintSnapshot
-from node.workers.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
-from node.workers.registry import WorkerRegistry
+from mesh import MAX_CHANNEL_MSG_BYTES, BestEffortBroadcast, Channels, Mesh
+from mesh.state import ClusterState, StateConfig, live_members
+from node.cluster.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
+from node.cluster.hint_snapshot import HintSnapshot
+from node.cluster.registry import WorkerRegistry
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +35,13 @@ HINTS_CHANNEL = 2
 HINT_SNAPSHOT_CHANNEL = 3
 #: The state's name when the node runs without a mesh.
 STANDALONE_NODE = "local"
+#: A routing-hint message rides one channel message (the hints' publisher packs to this size).
+HINT_MAX_MESSAGE_BYTES = MAX_CHANNEL_MSG_BYTES
+
+
+def mesh_delegate() -> Channels:
+    """The mesh's one delegate: channels that ``open_shared_state`` fills (state, hints, hint snapshot)."""
+    return Channels()
 
 
 def state_config() -> StateConfig:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from mesh.broadcast import retransmit_limit
 from mesh.limits import MAX_COMPOUND_PARTS
-from mesh.state_wire import Delta
+from mesh.state.wire import Delta
 
 #: Entries looked at per packet before giving up on filling the rest of it.
 _MAX_SCAN = 64
