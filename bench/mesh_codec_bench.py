@@ -1,0 +1,68 @@
+"""Micro-benchmark of the mesh wire codec: encode and decode per message, in µs (one thread).
+
+    .venv/bin/python -m bench.mesh_codec_bench
+
+Gossip updates (alive/suspect/dead) are decoded once per distinct encoding (an LRU in mesh/codec.py): each
+iteration here uses a new incarnation, so the decode figures are cache misses, the worst case.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from mesh.codec import decode_messages, encode_message, open_frame, seal_frame
+from mesh.member import MemberState, NodeMeta
+from mesh.messages import Ack, Alive, Dead, IndirectPing, Message, Ping, PushPull, PushPullMember, Suspect, User
+
+META = NodeMeta.create(http_addr="10.0.0.7:8080", version="0.1.0", roles={"zone": "eu-1a", "gpu": "h100"})
+ROUNDS = 20_000
+
+MESSAGES: dict[str, Callable[[int], Message]] = {
+    "ping": lambda i: Ping(i, "gw-17", "gw-3", "10.0.0.3:7946"),
+    "indirect_ping": lambda i: IndirectPing(i, "gw-17", "10.0.0.17:7946", True, "gw-3", "10.0.0.3:7946"),
+    "ack": Ack,
+    "alive": lambda i: Alive(i, "gw-17", "10.0.0.17:7946", META),
+    "suspect": lambda i: Suspect(i, "gw-17", "gw-3"),
+    "dead": lambda i: Dead(i, "gw-17", "gw-3"),
+    "user": lambda i: User(b"x" * 200),
+}
+
+
+def push_pull(members: int) -> PushPull:
+    return PushPull(
+        False,
+        tuple(
+            PushPullMember(f"gw-{n}", f"10.0.{n // 250}.{n % 250 + 1}:7946", META, n, MemberState.ALIVE)
+            for n in range(members)
+        ),
+        b"s" * 4096,
+    )
+
+
+def per_call_us(fn: Callable[[int], object], rounds: int) -> float:
+    start = time.perf_counter()
+    for i in range(rounds):
+        fn(i)
+    return (time.perf_counter() - start) / rounds * 1e6
+
+
+def main() -> None:
+    print(f"{'message':<16} {'bytes':>6} {'encode µs':>10} {'decode µs':>10}")
+    for name, make in MESSAGES.items():
+        msgs = [make(i) for i in range(ROUNDS)]
+        encoded = [encode_message(m) for m in msgs]
+        enc = per_call_us(lambda i, msgs=msgs: encode_message(msgs[i]), ROUNDS)  # type: ignore[misc]
+        dec = per_call_us(lambda i, encoded=encoded: decode_messages(encoded[i]), ROUNDS)  # type: ignore[misc]
+        print(f"{name:<16} {len(encoded[1]):>6} {enc:>10.2f} {dec:>10.2f}")
+    for members in (10, 100):
+        pp = push_pull(members)
+        frame = seal_frame(encode_message(pp), None)
+        rounds = 2_000 if members < 100 else 300
+        enc = per_call_us(lambda _, pp=pp: encode_message(pp), rounds)  # type: ignore[misc]
+        dec = per_call_us(lambda _, frame=frame: open_frame(frame, None), rounds)  # type: ignore[misc]
+        print(f"{f'push_pull({members})':<16} {len(frame):>6} {enc:>10.2f} {dec:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
