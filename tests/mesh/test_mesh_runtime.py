@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 
 from mesh import JoinError, Keyring, Member, MemberState, Mesh, MeshConfig, NodeMeta
+from mesh.limits import PROTOCOL_VERSION
 
 CONFIG = MeshConfig.local(
     bind_addr="127.0.0.1",
@@ -201,10 +202,11 @@ async def test_garbage_datagrams_are_counted_not_fatal() -> None:
         await b.join([a.addr])
         host, port = a.addr.rsplit(":", 1)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            for junk in (b"", b"\x01", b"\xff" * 50, b"\x01\x09\xff"):
+            v = bytes([PROTOCOL_VERSION])
+            for junk in (b"", v, b"\xff" * 50, v + b"\x09\xff"):
                 sock.sendto(junk, (host, int(port)))
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"\x01\x08\xff\xff\xff\xff")  # a frame header announcing 4 GiB
+        writer.write(bytes([PROTOCOL_VERSION]) + b"\x08\xff\xff\xff\xff")  # a frame header announcing 4 GiB
         await writer.drain()
         assert await reader.read() == b""
         writer.close()
