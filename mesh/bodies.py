@@ -5,7 +5,7 @@ body; packet and frame framing around it is :mod:`mesh.codec`'s. Decoding is the
 become values, so it is bounded before and validated after protobuf parses:
 
 * before: a body is at most a packet (MAX_PACKET_BYTES) or a stream frame (MAX_STREAM_FRAME_BYTES), and a
-  push-pull's top-level fields are walked first (``_scan_push_pull``) so that neither its member count
+  push-pull's top-level fields are walked first (:func:`mesh.pbscan.check_fields`) so that neither its member count
   (MAX_MEMBERS), any one member (MAX_PUSH_PULL_MEMBER_BYTES) nor its state (MAX_USER_STATE_BYTES) can make
   protobuf allocate past the bounds the hand-written decoder enforced;
 * after: every field must be present (all are ``optional``, so a body cut at a field boundary is refused,
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import Final, TypeVar, cast
 
 # protobuf ships no type stubs (types-protobuf is not a dependency): its base class is Any, so every value
 # read from a parsed message is annotated here, through the field types of the generated mesh_pb2.pyi.
@@ -53,6 +53,7 @@ from mesh.messages import (
     Suspect,
     User,
 )
+from mesh.pbscan import check_fields
 from mesh.wire_pb import mesh_pb2 as pb
 
 _M = TypeVar("_M", bound=ProtobufMessage)
@@ -246,60 +247,15 @@ def _user(buf: bytes) -> User:
     return User(m.payload)
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A protobuf varint at ``pos``: (value, next position). Raises DecodeError."""
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise DecodeError("malformed varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-_PUSH_PULL_MEMBERS_FIELD = 2
-_PUSH_PULL_STATE_FIELD = 3
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
-
-
-def _scan_push_pull(buf: bytes) -> None:
-    """Walk a push-pull's top-level fields without parsing them and refuse what would make protobuf hold
-    more than the bounds allow: over MAX_MEMBERS members (16 MiB of empty ones would be millions of
-    objects), a member over MAX_PUSH_PULL_MEMBER_BYTES, or state over MAX_USER_STATE_BYTES. Raises
-    DecodeError."""
-    pos = members = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        field, wire_type = key >> 3, key & 7
-        if wire_type == _VARINT:
-            _, pos = _varint(buf, pos)
-            continue
-        if wire_type == _LEN:
-            size, pos = _varint(buf, pos)
-        elif wire_type == _I64:
-            size = 8
-        elif wire_type == _I32:
-            size = 4
-        else:
-            raise DecodeError(f"push-pull: wire type {wire_type}")
-        if field == _PUSH_PULL_MEMBERS_FIELD:
-            members += 1
-            if members > MAX_MEMBERS:
-                raise DecodeError(f"push-pull of more than {MAX_MEMBERS} members")
-            if size > MAX_PUSH_PULL_MEMBER_BYTES:
-                raise DecodeError(f"push-pull member of {size} bytes exceeds {MAX_PUSH_PULL_MEMBER_BYTES}")
-        elif field == _PUSH_PULL_STATE_FIELD and size > MAX_USER_STATE_BYTES:
-            raise DecodeError(f"user state of {size} bytes exceeds {MAX_USER_STATE_BYTES}")
-        pos += size
-    if pos != len(buf):
-        raise DecodeError("truncated push-pull")
+#: What a push-pull may hold, checked before it is parsed (field numbers of proto/mesh.proto's PushPull).
+_PUSH_PULL_BOUNDS: Final = {
+    2: (MAX_MEMBERS, MAX_PUSH_PULL_MEMBER_BYTES),  # members
+    3: (1, MAX_USER_STATE_BYTES),  # user_state
+}
 
 
 def _push_pull(buf: bytes) -> PushPull:
-    _scan_push_pull(buf)
+    check_fields(buf, _PUSH_PULL_BOUNDS, "push-pull")
     m = _parse(pb.PushPull, buf, ("join", "user_state"))
     members = []
     for p in m.members:

@@ -20,7 +20,15 @@ from mesh.codec import (
 )
 from mesh.errors import DecodeError, DecryptError, RemoteProtocolError
 from mesh.keyring import Keyring
-from mesh.limits import MAX_META_BYTES, MAX_PACKET_BYTES, MAX_ROLES, MAX_STREAM_FRAME_BYTES, PROTOCOL_VERSION
+from mesh.limits import (
+    MAX_MEMBERS,
+    MAX_META_BYTES,
+    MAX_PACKET_BYTES,
+    MAX_PUSH_PULL_MEMBER_BYTES,
+    MAX_ROLES,
+    MAX_STREAM_FRAME_BYTES,
+    PROTOCOL_VERSION,
+)
 from mesh.member import MemberState, NodeMeta
 from mesh.messages import (
     Ack,
@@ -268,3 +276,25 @@ def test_message_types_are_append_only() -> None:
         "ENCRYPTED_CHUNKS": 12,
     }
     assert {s.name: s.value for s in MemberState} == {"ALIVE": 0, "SUSPECT": 1, "DEAD": 2, "LEFT": 3}
+
+
+def test_a_push_pull_is_bounded_before_protobuf_parses_it() -> None:
+    # 10,001 empty members are 20 KB: protobuf would make 10,001 objects before anything counted them.
+    many = bytes([MessageType.PUSH_PULL]) + b"\x08\x00" + b"\x12\x00" * (MAX_MEMBERS + 1) + b"\x1a\x00"
+    with pytest.raises(DecodeError, match=f"more than {MAX_MEMBERS}"):
+        open_frame(seal_frame(many, None), None)
+    # One member padded with an unknown field (15) past MAX_PUSH_PULL_MEMBER_BYTES; protobuf keeps it.
+    member = pb.PushPullMember()
+    valid = pb.PushPullMember(
+        name="a", addr="10.0.0.1:1", meta=pb.NodeMeta(http_addr="", version=""), incarnation=1, state=0
+    )
+    member.ParseFromString(valid.SerializeToString() + b"\x7a\x80\x08" + bytes(1024))
+    assert member.ByteSize() > MAX_PUSH_PULL_MEMBER_BYTES
+    big = bytes([MessageType.PUSH_PULL]) + pb.PushPull(join=False, members=[member], user_state=b"").SerializeToString()
+    with pytest.raises(DecodeError, match="exceeds"):
+        open_frame(seal_frame(big, None), None)
+    # The same member without the padding decodes.
+    ok = bytes([MessageType.PUSH_PULL]) + pb.PushPull(join=False, members=[valid], user_state=b"").SerializeToString()
+    assert open_frame(seal_frame(ok, None), None) == PushPull(
+        False, (PushPullMember("a", "10.0.0.1:1", NodeMeta(), 1, MemberState.ALIVE),), b""
+    )
