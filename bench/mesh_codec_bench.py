@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.mesh_codec_bench
 
-Each figure is the best of 3 runs. Gossip updates (alive/suspect/dead) are decoded once per distinct encoding (an LRU in mesh/codec.py): each
-iteration here uses a new incarnation, so the decode figures are cache misses, the worst case.
+Each figure is the best of 3 runs. Gossip updates (alive/suspect/dead) are decoded once per distinct
+encoding (an LRU in mesh/codec.py): each iteration here uses a new incarnation, so the decode figures are
+cache misses, the worst case.
 """
 
 from __future__ import annotations
