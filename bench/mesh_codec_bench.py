@@ -15,6 +15,16 @@ from collections.abc import Callable
 from mesh.codec import decode_messages, encode_message, open_frame, seal_frame
 from mesh.member import MemberState, NodeMeta
 from mesh.messages import Ack, Alive, Dead, IndirectPing, Message, Ping, PushPull, PushPullMember, Suspect, User
+from mesh.state.wire import (
+    Delta,
+    DocState,
+    Generation,
+    PeerState,
+    decode_delta,
+    decode_state,
+    encode_delta,
+    encode_state,
+)
 
 META = NodeMeta.create(http_addr="10.0.0.7:8080", version="0.1.0", roles={"zone": "eu-1a", "gpu": "h100"})
 ROUNDS = 20_000
@@ -67,6 +77,23 @@ def main() -> None:
         enc = per_call_us(lambda _, pp=pp: encode_message(pp), rounds)  # type: ignore[misc]
         dec = per_call_us(lambda _, frame=frame: open_frame(frame, None), rounds)  # type: ignore[misc]
         print(f"{f'push_pull({members})':<16} {len(frame):>6} {enc:>10.2f} {dec:>10.2f}")
+    delta = encode_delta(Delta("r/health/0", Generation(3, "gw-1"), 2**40 + 7, 10, 11, b"d" * 90))
+    enc = per_call_us(
+        lambda i: encode_delta(Delta("r/health/0", Generation(3, "gw-1"), 2**40 + 7, i, i + 1, b"d" * 90)), ROUNDS
+    )
+    dec = per_call_us(lambda _: decode_delta(delta), ROUNDS)
+    print(f"{'state delta':<16} {len(delta):>6} {enc:>10.2f} {dec:>10.2f}")
+    peer = PeerState(
+        "gw-1",
+        tuple(
+            DocState(f"r/load/{n}", Generation(1, "gw-0", 1_700_000_000_000), n % 2 == 0, b"s" * 40, b"", b"u" * 400)
+            for n in range(64)
+        ),
+    )
+    state = encode_state(peer)
+    enc = per_call_us(lambda _: encode_state(peer), 2_000)
+    dec = per_call_us(lambda _: decode_state(state), 2_000)
+    print(f"{'state (64 docs)':<16} {len(state):>6} {enc:>10.2f} {dec:>10.2f}")
 
 
 if __name__ == "__main__":
