@@ -27,7 +27,7 @@ def generate(out: Path) -> list[str]:
     protos = sorted(p.name for p in PROTO_DIR.glob("*.proto"))
     cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={out}", f"--pyi_out={out}"]
     subprocess.run([*cmd, *protos], check=True, cwd=PROTO_DIR)
-    return sorted(p.name for p in out.iterdir())
+    return sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in KEEP)
 
 
 def check() -> list[str]:
