@@ -1,9 +1,10 @@
 """The composition root: builds storage -> mesh -> cluster state -> workers -> model -> HTTP on one AsyncExitStack
 and unwinds in reverse.
 
-Shutdown order (reverse of construction): stop accepting HTTP and let in-flight requests finish (bounded by
-``shutdown_grace_s``), then cancel and await background tasks (health checks, Aborts), then close worker
-channels and the CPU pool, and last close the history stores (so in-flight responses can still be stored).
+Shutdown order (reverse of construction), the drain of node/drain.py first: readiness 503, leave the mesh, stop
+accepting HTTP and let in-flight requests and streams finish (bounded by ``drain_timeout_s``), then cancel and
+await background tasks (health checks, Aborts), then close worker channels and the CPU pool, and last close the
+history stores (so in-flight responses can still be stored).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from aiohttp import web
 
 from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
 from mesh.runtime import Mesh
-from node.cluster import publish_http_addr, run_mesh
+from node.cluster import leave_mesh, publish_http_addr, run_mesh
 from node.cluster_state import SharedState, open_shared_state, run_ticker
 from node.config import NodeConfig
+from node.drain import Drain
 from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
@@ -30,6 +32,7 @@ from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel, load_served_model
+from node.progress import reporting
 from node.routing.affinity import AffinityHints
 from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import RoutingPolicy
@@ -152,6 +155,7 @@ async def run_node(
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
         supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        drain = Drain()
         app = build_app(
             models=models,
             pool=pool,
@@ -161,12 +165,13 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            drain=drain,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
         runner = web.AppRunner(
-            app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
@@ -177,10 +182,19 @@ async def run_node(
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
+        # Unwound first, before runner.cleanup closes the listener and waits for what is in flight.
+        stack.push_async_callback(_start_drain, drain, mesh, config.http.drain_timeout_s)
         log.info(
             "serving %s on %s with %d worker(s)", ", ".join(repr(m.name) for m in models), node.url, len(pool.workers)
         )
         yield node
+
+
+async def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
+    drain.start()
+    if mesh is not None:
+        await leave_mesh(mesh)
+    log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
 
 
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:
@@ -204,7 +218,12 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     ]
     info = None
     if len(paths) == 1 and not config.model.served_model_name and pool.workers:
-        info = await pool.wait_model_info(config.workers.startup_wait_s)
+        wait_s = config.workers.startup_wait_s
+        urls = ", ".join(w.url for w in pool.workers)
+        async with reporting(
+            lambda t: f"waiting for a worker to answer GetModelInfo ({t:.0f} of {wait_s:.0f} s): {urls}"
+        ):
+            info = await pool.wait_model_info(wait_s)
         if info is None:
             log.warning("no worker answered GetModelInfo; serving the model under its folder name")
     models = list(await asyncio.gather(*loading))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -64,17 +65,30 @@ def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeCo
     )
 
 
-def _run(main: Callable[[], Awaitable[None]]) -> int:
-    """Run ``main`` on uvloop until it returns or SIGINT/SIGTERM arrives (then shut down in order)."""
+def _run(main: Callable[[asyncio.Event], Awaitable[None]], *, drain: bool = False) -> int:
+    """Run ``main(stop)`` on uvloop until it returns or SIGINT/SIGTERM arrives.
+
+    Without ``drain`` a signal cancels ``main`` (its contexts unwind in order). With ``drain`` the first signal
+    sets ``stop`` and ``main`` returns on its own, draining on the way out without a pending cancellation
+    (which would cut short every wait of the drain); a second signal cancels it (stop now).
+    """
 
     async def guarded() -> None:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def on_signal() -> None:
+            if drain and not stop.is_set():
+                stop.set()
+            else:
+                task.cancel()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, on_signal)
         with contextlib.suppress(asyncio.CancelledError):
-            await main()
+            await main(stop)
 
     try:
         import uvloop
@@ -83,10 +97,6 @@ def _run(main: Callable[[], Awaitable[None]]) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
         asyncio.run(guarded())
     return 0
-
-
-async def _serve_forever() -> None:
-    await asyncio.Event().wait()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -117,7 +127,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             group = ProcessGroup(
                 argv=[*args.argv, *pinned],
                 count=count,
-                grace_s=config.http.shutdown_grace_s,
+                grace_s=config.http.drain_timeout_s,
                 hangup=bool(config.cluster.mesh_key_file),  # the children reload it on SIGHUP
             )
             return group.run()
@@ -127,26 +137,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node.app import run_node
     from node.cluster import KeyFileReload
 
-    async def main() -> None:
+    async def main(stop: asyncio.Event) -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)
         if hangup.path:  # key rotation without a restart: SIGHUP re-reads --mesh-key-file
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
         async with run_node(config) as node:
             print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
             with hangup.serving(node.mesh):
-                await _serve_forever()
+                await stop.wait()
+            print("smg-node draining (SIGTERM again to stop at once)", flush=True)
+        print("smg-node stopped", flush=True)
 
-    return _run(main)
+    return _run(main, drain=True)
 
 
 def cmd_sim_worker(args: argparse.Namespace) -> int:
     from node.sim.config import SimWorkerConfig
+    from node.sim.errors import SimError
     from node.sim.worker import run_sim_worker
 
     values = _file_values(args, (SimWorkerConfig, LogConfig))
     config = _build(SimWorkerConfig, args, values)
     setup_logging(_build(LogConfig, args, values))
-    return _run(lambda: run_sim_worker(config))
+    try:
+        return _run(lambda _stop: run_sim_worker(config))
+    except SimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def cmd_models_prepare(args: argparse.Namespace) -> int:
@@ -177,7 +194,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
-    async def main() -> None:
+    async def main(stop: asyncio.Event) -> None:
         async with contextlib.AsyncExitStack() as stack:
             ports = []
             for _ in range(args.workers):
@@ -192,7 +209,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             )
             node = await stack.enter_async_context(run_node(config))
             print(_demo_banner(node.url, node.model.name, ports), flush=True)
-            await _serve_forever()
+            await stop.wait()
 
     return _run(main)
 
@@ -239,6 +256,30 @@ def _node_request(node: str, path: str, body: dict[str, Any] | None = None, time
         raise SystemExit(f"error: {node}: {message}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise SystemExit(f"error: cannot reach {node}: {exc}") from None
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """Write a fresh mesh keyring file (mode 0600) for --mesh-key-file; an existing file is kept unless --force,
+    so an init step can run on every start and every node reads the same key."""
+    from mesh.keyring import Keyring
+
+    path = Path(args.file)
+    if path.exists() and not args.force:
+        print(f"{path}: exists, kept")
+        return 0
+    text = Keyring([Keyring.generate()]).dump()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)  # readers never see a half-written file
+    except OSError as exc:
+        print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: new mesh key written")
+    return 0
 
 
 def cmd_join(args: argparse.Namespace) -> int:
@@ -307,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node that joins")
     join.set_defaults(func=cmd_join)
 
+    keygen = sub.add_parser("keygen", help="write a new mesh key file for --mesh-key-file (kept if it exists)")
+    keygen.add_argument("file", metavar="FILE", help="key file to create (mode 0600)")
+    keygen.add_argument("--force", action="store_true", help="replace an existing file")
+    keygen.set_defaults(func=cmd_keygen)
+
     members = sub.add_parser("members", help="the cluster's members as a node sees them")
     members.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
     members.add_argument("--json", action="store_true", help="print the JSON of GET /mesh/members")
@@ -334,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
     args.argv = raw  # the command line as given, for `serve --processes N` to start its children with
+    from mesh.errors import MeshError
     from node.pipeline.model import ModelFolderError
     from node.pipeline.template import TemplateError
 
@@ -341,10 +388,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except configload.ConfigError as exc:
         parser.error(str(exc))
-    except (ModelFolderError, TemplateError) as exc:
+    except (ModelFolderError, TemplateError, MeshError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a port in use, an unreadable file, a name that does not resolve: the operator's to fix
+        print(f"error: {_os_error_text(exc)}", file=sys.stderr)
+        return 1
     return code
+
+
+def _os_error_text(exc: OSError) -> str:
+    text = str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        return f"{text} (another process is listening there: pick another --port or stop it)"
+    return text
 
 
 if __name__ == "__main__":

@@ -19,14 +19,19 @@ from mesh.config import MeshConfig
 from mesh.delegate import Delegate
 from mesh.errors import JoinError, KeyringError
 from mesh.keyring import Keyring
-from mesh.member import NodeMeta, check_addr
+from mesh.member import MemberState, NodeMeta, check_addr
 from mesh.runtime import Mesh
+from mesh.transport import WILDCARD_HOSTS
+from node.seeds import advertise_host, is_ip, resolve_seeds
 
 log = logging.getLogger(__name__)
 
 Profile = Literal["lan", "wan", "local"]
-# After a join attempt gives up (MeshConfig.join_timeout_s), wait this long before trying the seeds again.
+# After a join round gives up, wait this long before resolving and trying the seeds again.
 REJOIN_PAUSE_S = 5.0
+# One join round's bound: then the seed names are resolved again, so a seed that restarted under a new address
+# (a container, a pod) is found within a round, not after the mesh's whole join_timeout_s.
+JOIN_ROUND_S = 10.0
 
 
 def node_version() -> str:
@@ -42,10 +47,19 @@ class ClusterConfig:
         default="", metadata={"help": "host:port for mesh gossip (UDP) and push-pull (TCP); empty: no mesh"}
     )
     join: tuple[str, ...] = field(
-        default=(), metadata={"help": "mesh address of a member to join, host:port", "metavar": "PEER"}
+        default=(),
+        metadata={
+            "help": "mesh address of a member to join, host:port; a DNS name stands for every address it "
+            "resolves to, resolved again on each retry",
+            "metavar": "PEER",
+        },
     )
     mesh_advertise: str = field(
-        default="", metadata={"help": "host:port peers reach this node at (default: the bind address)"}
+        default="",
+        metadata={
+            "help": "host:port peers reach this node at (a name is resolved at start; default: the bind "
+            "address, or with a wildcard bind the address of this host's name)"
+        },
     )
     mesh_key_file: str = field(
         default="",
@@ -125,8 +139,9 @@ def _split(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def mesh_config(config: ClusterConfig) -> MeshConfig:
-    """The MeshConfig for this process. Under --processes N, process k binds port+k and joins process 0."""
+def mesh_config(config: ClusterConfig, *, advertise: str = "") -> MeshConfig:
+    """The MeshConfig for this process. Under --processes N, process k binds port+k and joins process 0.
+    ``advertise``: the literal address to advertise instead of --mesh-advertise's (or the bind's) host."""
     host, port = _split(config.mesh_bind)
     if port:
         port += config.process_index
@@ -141,6 +156,8 @@ def mesh_config(config: ClusterConfig) -> MeshConfig:
     if config.mesh_advertise:
         adv_host, adv_port = _split(config.mesh_advertise)
         overrides.update(advertise_addr=adv_host, advertise_port=adv_port + config.process_index if adv_port else 0)
+    if advertise:
+        overrides["advertise_addr"] = advertise
     if config.node_name:
         overrides["node_name"] = (
             config.node_name if config.process_index == 0 else f"{config.node_name}-{config.process_index}"
@@ -170,13 +187,30 @@ def seeds(config: ClusterConfig) -> list[str]:
 
 async def _join_forever(mesh: Mesh, peers: list[str]) -> None:
     while True:
-        try:
-            answered = await mesh.join(peers)
-            log.info("joined the mesh through %d of %d seed(s)", answered, len(peers))
-            return
-        except JoinError as exc:
-            log.warning("%s; trying again in %.0f s", exc, REJOIN_PAUSE_S)
-            await asyncio.sleep(REJOIN_PAUSE_S)
+        addrs = await resolve_seeds(peers, own=mesh.addr)
+        if not addrs:
+            log.warning("no other member at %s yet; trying again in %.0f s", ", ".join(peers), REJOIN_PAUSE_S)
+        else:
+            try:
+                async with asyncio.timeout(JOIN_ROUND_S):
+                    answered = await mesh.join(addrs)
+                log.info("joined the mesh through %d of %d seed(s)", answered, len(addrs))
+                return
+            except (JoinError, TimeoutError) as exc:
+                reason = str(exc) or f"no seed of {addrs} answered within {JOIN_ROUND_S:.0f} s"
+                log.warning("%s; trying again in %.0f s", reason, REJOIN_PAUSE_S)
+        await asyncio.sleep(REJOIN_PAUSE_S)
+
+
+async def _advertise(config: ClusterConfig) -> str:
+    """The literal host to advertise when --mesh-advertise (or a wildcard/named --mesh-bind) needs resolving;
+    "" when the configured one is already an address. Raises OSError if the name does not resolve."""
+    bind_host, _ = _split(config.mesh_bind)
+    adv_host = _split(config.mesh_advertise)[0] if config.mesh_advertise else ""
+    configured = adv_host or bind_host
+    if configured not in WILDCARD_HOSTS and is_ip(configured):
+        return ""
+    return await advertise_host(bind_host, adv_host)
 
 
 @contextlib.asynccontextmanager
@@ -184,9 +218,13 @@ async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate 
     """Start this node's member (``delegate``: the application state it carries); yield it; leave gracefully
     and stop on exit.
 
-    Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start.
+    Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start, OSError
+    when the advertise name does not resolve.
     """
-    mesh = Mesh(mesh_config(config), meta=node_meta(config, http_addr), delegate=delegate)
+    advertise = await _advertise(config)
+    if advertise:
+        log.info("mesh: advertising %s to peers", advertise)
+    mesh = Mesh(mesh_config(config, advertise=advertise), meta=node_meta(config, http_addr), delegate=delegate)
     await mesh.start()
     peers = seeds(config)
     joining = asyncio.create_task(_join_forever(mesh, peers), name="mesh-join") if peers else None
@@ -198,11 +236,23 @@ async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate 
             joining.cancel()
             await asyncio.gather(joining, return_exceptions=True)
         # Also on SIGTERM (cancellation): peers must see a graceful LEFT, not a failure.
-        try:
-            await mesh.leave()
-        except Exception as exc:
-            log.warning("graceful leave failed: %s", exc)
+        await leave_mesh(mesh)
         await mesh.shutdown()
+
+
+def has_left(mesh: Mesh) -> bool:
+    return any(m.name == mesh.name and m.state == MemberState.LEFT for m in mesh.members())
+
+
+async def leave_mesh(mesh: Mesh) -> None:
+    """Leave gracefully (bounded by the mesh's leave_timeout_s), once: a drain leaves before the listener
+    closes, and the unwinding of run_mesh then has nothing left to do. Failures are logged, not raised."""
+    if has_left(mesh):
+        return
+    try:
+        await mesh.leave()
+    except Exception as exc:
+        log.warning("graceful leave failed: %s", exc)
 
 
 def node_meta(config: ClusterConfig, http_addr: str) -> NodeMeta:

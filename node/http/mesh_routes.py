@@ -13,6 +13,7 @@ from mesh.member import Member, check_addr
 from mesh.runtime import Mesh
 from node.errors import GatewayError, InvalidRequest
 from node.http.errors import read_json
+from node.seeds import resolve_seeds
 
 MAX_JOIN_PEERS = 16
 MAX_JOIN_BODY_BYTES = 64 * 1024
@@ -61,8 +62,11 @@ def add_mesh_routes(app: web.Application, mesh: Mesh) -> None:
                 check_addr(peer)
             except ValueError as exc:
                 raise InvalidRequest(f"'peers[{k}]': {exc}", param=f"peers[{k}]") from exc
+        peers = await resolve_seeds(req.peers, own=mesh.addr)  # names: every address they stand for, but us
+        if not peers:
+            raise JoinFailed(f"no peer of {list(req.peers)} resolves to another member's address")
         try:
-            answered = await mesh.join(req.peers)
+            answered = await mesh.join(peers)
         except JoinError as exc:
             raise JoinFailed(str(exc)) from exc
         return web.Response(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import msgspec
 from aiohttp import web
 
+from node.drain import Drain
 from node.http.errors import error_body, error_middleware
 from node.http.history import History
 from node.http.openai_chat import ChatCompletions
@@ -37,7 +38,10 @@ def build_app(
     routing_key_header: str = "x-smg-routing-key",
     stores: Stores,
     tenancy: ApiConfig,
+    drain: Drain | None = None,
 ) -> web.Application:
+    """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say."""
+    draining = drain or Drain()
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced.
     app = web.Application(middlewares=[metrics.middleware(), error_middleware], client_max_size=max_body_bytes + 1)
@@ -90,9 +94,9 @@ def build_app(
 
     async def readiness(request: web.Request) -> web.Response:
         healthy = pool.healthy()
-        ready = pool.can_serve()
+        ready = pool.can_serve() and not draining.draining
         body = {
-            "status": "ready" if ready else "not ready",
+            "status": "draining" if draining.draining else "ready" if ready else "not ready",
             "policy": pool.policy_name,
             "healthy_workers": len(healthy),
             "workers": [
