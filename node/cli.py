@@ -33,6 +33,8 @@ log = logging.getLogger("smg-node")
 T = TypeVar("T")
 
 DEMO_WORKERS = 2
+# The node's own join gives up after the mesh's join_timeout_s (30 s); a little longer lets its answer arrive.
+JOIN_WAIT_S = 35.0
 
 
 def _file_values(args: argparse.Namespace, classes: Sequence[type[Any]]) -> dict[str, Any]:
@@ -230,8 +232,30 @@ Press Ctrl-C to stop.
 """
 
 
-def _node_request(node: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 60) -> Any:
-    """Call a running node's HTTP API; returns the decoded JSON or raises SystemExit with its error."""
+def _node_request(
+    node: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 60, waiting_for: str = ""
+) -> Any:
+    """Call a running node's HTTP API; returns the decoded JSON or raises SystemExit with its error.
+    ``waiting_for``: what a wait is for, printed as a progress line on stderr while the call lasts over a second."""
+    import concurrent.futures
+
+    from node.progress import EVERY_S, FIRST_AFTER_S
+
+    if not waiting_for:
+        return _node_call(node, path, body, timeout_s)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        call = pool.submit(_node_call, node, path, body, timeout_s)
+        waited, pause = 0.0, FIRST_AFTER_S
+        while True:
+            try:
+                return call.result(timeout=pause)
+            except concurrent.futures.TimeoutError:
+                waited += pause
+                pause = EVERY_S
+                print(f"waiting for {waiting_for} ({waited:.0f} of {timeout_s:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _node_call(node: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
     import json
     import urllib.error
     import urllib.request
@@ -254,6 +278,8 @@ def _node_request(node: str, path: str, body: dict[str, Any] | None = None, time
         if exc.code == 404 and path.startswith("/mesh"):
             message = "this node runs without a mesh (start it with --mesh-bind host:port)"
         raise SystemExit(f"error: {node}: {message}") from None
+    except TimeoutError:
+        raise SystemExit(f"error: {node} gave no answer within {timeout_s:.0f} s") from None
     except (urllib.error.URLError, OSError) as exc:
         raise SystemExit(f"error: cannot reach {node}: {exc}") from None
 
@@ -283,7 +309,14 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    result = _node_request(args.node, "/mesh/join", {"peers": args.peers})
+    peers = ", ".join(args.peers)
+    result = _node_request(
+        args.node,
+        "/mesh/join",
+        {"peers": args.peers},
+        timeout_s=args.timeout_s,
+        waiting_for=f"{args.node} to join the cluster through {peers}",
+    )
     print(f"joined through {result['joined']} peer(s); the cluster has {result['members']} member(s)")
     return 0
 
@@ -346,6 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
     join = sub.add_parser("join", help="ask a running node to join the cluster of PEER (its mesh host:port)")
     join.add_argument("peers", nargs="+", metavar="PEER", help="mesh address of a member of the cluster to join")
     join.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node that joins")
+    join.add_argument(
+        "--timeout-s",
+        type=float,
+        default=JOIN_WAIT_S,
+        help=f"give up waiting for the answer after this long [default: {JOIN_WAIT_S:.0f}]",
+    )
     join.set_defaults(func=cmd_join)
 
     keygen = sub.add_parser("keygen", help="write a new mesh key file for --mesh-key-file (kept if it exists)")

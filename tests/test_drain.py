@@ -43,7 +43,9 @@ def _stream(url: str, max_tokens: int, chunks: list[str], first: threading.Event
         first.set()
 
 
-def test_sigterm_drains_in_flight_stream_refuses_new_and_leaves_the_mesh(llama3_model_dir: Path, tmp_path: Path) -> None:
+def test_sigterm_drains_in_flight_stream_refuses_new_and_leaves_the_mesh(
+    llama3_model_dir: Path, tmp_path: Path
+) -> None:
     sim_port, a_http, b_http, a_mesh, b_mesh = (free_port() for _ in range(5))
     model = ["--model-path", str(llama3_model_dir)]
     sim = [*SMG_NODE, "sim-worker", "--port", str(sim_port), *model, "--tpot-ms", "10", "--ttft-base-ms", "1"]
