@@ -3,6 +3,7 @@ over a second print progress. Real processes, as an operator runs them."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -15,10 +16,9 @@ from tests.procs import REPO, SMG_NODE, free_port, http_status, port_open, proce
 
 
 def _run(args: list[str], timeout_s: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
     return subprocess.run(
         [*SMG_NODE, *args],
+        check=False,
         cwd=REPO,
         capture_output=True,
         text=True,
