@@ -4,6 +4,8 @@
 #
 #   deploy/docker/build-base.sh [IMAGE]        (default IMAGE: local/debian:bookworm)
 #
+# SMG_BASE_CACHE=FILE.tar keeps the root file system tarball between runs (imported instead of rebuilt).
+#
 # debootstraps a minimal bookworm from the Debian mirror this host's apt already uses (read at run time, so no
 # mirror host name lives in the repository) and imports it with `docker import`. Needs root, debootstrap and
 # a Docker daemon (DOCKER_HOST is honoured). Does nothing if IMAGE exists already.
@@ -32,6 +34,13 @@ mirror_of_host() {
   return 1
 }
 
+cache="${SMG_BASE_CACHE:-}"
+if [ -n "$cache" ] && [ -s "$cache" ]; then
+  docker import - "$image" <"$cache" >/dev/null
+  echo "imported $image from $cache"
+  exit 0
+fi
+
 mirror="${DEBIAN_MIRROR:-$(mirror_of_host || true)}"
 if [ -z "$mirror" ]; then
   echo "error: no Debian mirror found in /etc/apt/sources*; set DEBIAN_MIRROR" >&2
@@ -49,5 +58,11 @@ debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 |
 rm -f "$rootfs.log"
 # apt inside builds uses the same mirror; the image keeps no package lists.
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin
-tar -C "$rootfs" -c . | docker import - "$image" >/dev/null
+if [ -n "$cache" ]; then
+  mkdir -p "$(dirname "$cache")"
+  tar -C "$rootfs" -cf "$cache.part" . && mv "$cache.part" "$cache"
+  docker import - "$image" <"$cache" >/dev/null
+else
+  tar -C "$rootfs" -c . | docker import - "$image" >/dev/null
+fi
 echo "imported $image"
