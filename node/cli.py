@@ -186,7 +186,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from node.app import run_node
     from node.models.prepare import PrepareError, default_models_dir, prepare_model
     from node.sim.config import SimWorkerConfig
-    from node.sim.worker import SimWorker
+    from node.sim.worker import SimWorker, load_sim_model
 
     log_config = _build(LogConfig, args, {})
     setup_logging(log_config)
@@ -199,9 +199,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> None:
         async with contextlib.AsyncExitStack() as stack:
             ports = []
+            sim = SimWorkerConfig(port=0, model_path=str(model_dir))
+            # One load for every simulated worker: the folder and vocabulary are read-only, and each load of a
+            # 128k-token tokenizer costs a second or two of the demo's time to first answer.
+            sim_model = await asyncio.to_thread(load_sim_model, sim)
             for _ in range(args.workers):
-                sim = SimWorkerConfig(port=0, model_path=str(model_dir))
-                worker = await stack.enter_async_context(SimWorker(sim))
+                worker = await stack.enter_async_context(SimWorker(sim, sim_model))
                 ports.append(worker.port)
             config = NodeConfig(
                 http=HttpConfig(host=args.host, port=args.port),
