@@ -66,3 +66,24 @@ def test_cli_reports_config_errors_without_traceback(capsys: pytest.CaptureFixtu
     assert exit_info.value.code == 2
     assert "grpc://host:port" in capsys.readouterr().err
     assert WorkerPoolConfig().workers == ()
+
+
+def test_sim_worker_env_vars_are_its_own() -> None:
+    """One environment configures a node and a worker (a container image): neither reads the other's."""
+    import dataclasses
+
+    from node import configload
+    from node.config import NODE_COMPONENTS, LogConfig
+    from node.sim.config import SimWorkerConfig
+
+    def names(cls: type) -> set[str]:
+        return {configload.env_name(f, configload.env_prefix(cls)) for f in dataclasses.fields(cls)}
+
+    node_vars = set().union(*(names(cls) for cls in NODE_COMPONENTS))
+    shared = names(SimWorkerConfig) & node_vars
+    assert not shared, f"sim-worker and serve share {sorted(shared)}"
+    assert names(LogConfig) <= node_vars, "logging is deliberately shared"
+    sim = configload.build(SimWorkerConfig, env={"SMG_NODE_PORT": "1", "SMG_SIM_PORT": "7000"})
+    assert sim.port == 7000
+    every = [configload.env_name(f, configload.env_prefix(c)) for c in NODE_COMPONENTS for f in dataclasses.fields(c)]
+    assert len(every) == len(set(every)), "two serve settings answer to one variable"
