@@ -144,6 +144,7 @@ class Cluster:
         return {
             **self.daemon.env,
             "SMG_BASE_IMAGE": BASE_IMAGE,
+            "BASE_IMAGE": BASE_IMAGE,  # deploy/docker/build.sh
             "SMG_DEBIAN_IMAGE": BASE_IMAGE,
             "SMG_PORT": str(self.port),
             "SMG_LB_STATS_PORT": str(free_port()),
