@@ -1,4 +1,4 @@
-"""Simulated measurements of the replicated cluster state (mesh/state.py) over the simulated mesh.
+"""Simulated measurements of the replicated cluster state (mesh/state/) over the simulated mesh.
 
     .venv/bin/python -m bench.state_bench            # full run: 10 simulated minutes of churn
     .venv/bin/python -m bench.state_bench --quick    # 2 simulated minutes, fewer writes
@@ -24,9 +24,9 @@ from mesh.config import MeshConfig
 from mesh.scenarios import percentile
 from mesh.sim import Link
 from mesh.state import ClusterState
-from mesh.state_config import StateConfig
-from mesh.state_sim import StateSim
-from mesh.state_types import Change
+from mesh.state.config import StateConfig
+from mesh.state.sim import StateSim
+from mesh.state.values import Change
 
 LAN = MeshConfig.lan()
 N = 5

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal, cast, get_args
 
 from mesh.config import MeshConfig
-from node.cluster import ClusterConfig, mesh_config
+from node.cluster.config import ClusterConfig, mesh_config
 
 REPO = Path(__file__).resolve().parent.parent
 SMG_NODE = (sys.executable, "-m", "node.cli")

@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
-from mesh.runtime import Mesh
-from node.cluster import leave_mesh, publish_http_addr, run_mesh
-from node.cluster_state import SharedState, open_shared_state, run_ticker
+from mesh import Mesh
+from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
+from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
 from node.drain import Drain
 from node.http.mesh_routes import add_mesh_routes
+from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
@@ -39,6 +39,7 @@ from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
+from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
@@ -66,13 +67,14 @@ def _bound_port(runner: web.AppRunner) -> int:
 async def run_node(
     config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
 ) -> AsyncIterator[RunningNode]:
-    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
+    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
+    WorkerTlsError on unusable worker TLS files."""
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
         mesh, channels = None, None
         if config.cluster.enabled:
-            channels = Channels()
+            channels = mesh_delegate()
             bind_http = f"{config.http.host}:{config.http.port}"
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
         routing = config.routing
@@ -86,7 +88,7 @@ async def run_node(
                 routing.page_size_tokens,
                 ttl_s=routing.affinity_hint_ttl_s,
                 max_entries=routing.affinity_hint_max_entries,
-                max_message_bytes=MAX_CHANNEL_MSG_BYTES,
+                max_message_bytes=HINT_MAX_MESSAGE_BYTES,
             )
         shared = open_shared_state(
             mesh=mesh,
@@ -105,10 +107,15 @@ async def run_node(
             kv_index = kv_indexes.of(model) if kv_indexes is not None else None
             return make_policy(name, routing, kv_index=kv_index, hints=hints)
 
+        lag_monitor = LoopLagMonitor()
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory
-            or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
+            or functools.partial(
+                VllmGrpcClient,
+                generate_transport=config.workers.generate_transport,
+                channel=ChannelConfig.from_pool(config.workers),
+            ),
             policies=policy_for,
             policy_name=routing.policy,
             breakers=functools.partial(
@@ -121,6 +128,7 @@ async def run_node(
             kv_indexes=kv_indexes,
             board=shared.board,
             model_of=lambda worker: _model_of(models, worker),
+            loop_lag=lag_monitor.recent_lag_s,
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
@@ -133,6 +141,7 @@ async def run_node(
         pool.sync(shared.registry.specs())
         stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
         pool.start()
+        supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
@@ -154,7 +163,7 @@ async def run_node(
             f" ({path.encoder_reason})" if path.encoder_reason else "",
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
-        supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        lag_monitor.export(metrics.registry)
         drain = Drain()
         app = build_app(
             models=models,
@@ -165,12 +174,13 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            limits=config.limits,
             drain=drain,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
-        runner = web.AppRunner(
+        runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
         await runner.setup()

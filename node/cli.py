@@ -8,25 +8,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from node import configload
-from node.cluster import ClusterConfig
-from node.config import NODE_COMPONENTS, HttpConfig, LogConfig, ModelConfig, NodeConfig, WorkerPoolConfig
-from node.http.tenancy import ApiConfig
+from node.config import NODE_SECTIONS, HttpConfig, LogConfig, NodeConfig
 from node.logs import setup_logging
-from node.pipeline.token_cache import TokenizerCacheConfig
-from node.routing.config import RoutingConfig
-from node.workers.deadlines import DeadlineConfig
-from node.workers.retry import RetryConfig
-from storage.config import StorageConfig
 
 log = logging.getLogger("smg-node")
 
@@ -35,36 +29,34 @@ T = TypeVar("T")
 DEMO_WORKERS = 2
 # The node's own join gives up after the mesh's join_timeout_s (30 s); a little longer lets its answer arrive.
 JOIN_WAIT_S = 35.0
+CONFIG_HELP = "YAML file of config keys, by section (http: {port: 8000}) or flat (flags and env override it)"
 
 
-def _file_values(args: argparse.Namespace, classes: Sequence[type[Any]]) -> dict[str, Any]:
+def load_sections(
+    sections: Mapping[str, type[Any]],
+    args: argparse.Namespace,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Each section's config from the --config file, SMG_NODE_* env, the flags and ``overrides``."""
     path = getattr(args, "config", None)
-    if not path:
-        return {}
-    values = configload.read_yaml(Path(path))
-    configload.check_unknown_keys(values, classes)
-    return values
-
-
-def _build(cls: type[T], args: argparse.Namespace, file_values: dict[str, Any], **overrides: Any) -> T:
-    return configload.build(cls, args=args, env=os.environ, file_values=file_values, overrides=overrides)
-
-
-def load_node_config(args: argparse.Namespace, **model_overrides: Any) -> NodeConfig:
-    values = _file_values(args, NODE_COMPONENTS)
-    return NodeConfig(
-        http=_build(HttpConfig, args, values),
-        model=_build(ModelConfig, args, values, **model_overrides),
-        workers=_build(WorkerPoolConfig, args, values),
-        log=_build(LogConfig, args, values),
-        cluster=_build(ClusterConfig, args, values),
-        routing=_build(RoutingConfig, args, values),
-        tokenizer_cache=_build(TokenizerCacheConfig, args, values),
-        storage=_build(StorageConfig, args, values),
-        api=_build(ApiConfig, args, values),
-        deadlines=_build(DeadlineConfig, args, values),
-        retry=_build(RetryConfig, args, values),
+    return configload.load_sections(
+        sections, args=args, env=os.environ, path=Path(path) if path else None, overrides=overrides
     )
+
+
+def _sim_sections() -> dict[str, type[Any]]:
+    """`sim-worker`'s components by YAML section."""
+    from node.sim.config import SimWorkerConfig
+
+    return {"sim": SimWorkerConfig, "log": LogConfig}
+
+
+def load_node_config(
+    args: argparse.Namespace, overrides: Mapping[str, Mapping[str, Any]] | None = None, **model_overrides: Any
+) -> NodeConfig:
+    """The node's config (`serve`, `demo`): ``overrides`` maps section -> field -> value."""
+    merged = {**(overrides or {}), "model": {**(overrides or {}).get("model", {}), **model_overrides}}
+    return NodeConfig(**load_sections(NODE_SECTIONS, args, merged))
 
 
 def _run(main: Callable[[asyncio.Event], Awaitable[None]], *, drain: bool = False) -> int:
@@ -137,7 +129,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if keyfile is not None:
                 os.unlink(keyfile)
     from node.app import run_node
-    from node.cluster import KeyFileReload
+    from node.cluster.keys import KeyFileReload
 
     async def main(stop: asyncio.Event) -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)
@@ -158,9 +150,9 @@ def cmd_sim_worker(args: argparse.Namespace) -> int:
     from node.sim.errors import SimError
     from node.sim.worker import run_sim_worker
 
-    values = _file_values(args, (SimWorkerConfig, LogConfig))
-    config = _build(SimWorkerConfig, args, values)
-    setup_logging(_build(LogConfig, args, values))
+    loaded = load_sections(_sim_sections(), args)
+    config: SimWorkerConfig = loaded["sim"]
+    setup_logging(loaded["log"])
     try:
         return _run(lambda _stop: run_sim_worker(config))
     except SimError as exc:
@@ -188,13 +180,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from node.sim.config import SimWorkerConfig
     from node.sim.worker import SimWorker, load_sim_model
 
-    log_config = _build(LogConfig, args, {})
-    setup_logging(log_config)
     try:
         model_dir = prepare_model(args.family, default_models_dir(os.environ))
     except PrepareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    # The same loader as serve (--config, SMG_NODE_* env, the demo's flags); the workers are ours.
+    config = load_node_config(args, model_path=(str(model_dir),))
+    setup_logging(config.log)
 
     async def main(stop: asyncio.Event) -> None:
         async with contextlib.AsyncExitStack() as stack:
@@ -206,13 +199,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             for _ in range(args.workers):
                 worker = await stack.enter_async_context(SimWorker(sim, sim_model))
                 ports.append(worker.port)
-            config = NodeConfig(
-                http=HttpConfig(host=args.host, port=args.port),
-                model=ModelConfig(model_path=(str(model_dir),)),
-                workers=WorkerPoolConfig(workers=tuple(f"grpc://127.0.0.1:{p}" for p in ports)),
-                log=log_config,
-            )
-            node = await stack.enter_async_context(run_node(config))
+            urls = tuple(f"grpc://127.0.0.1:{p}" for p in ports)
+            workers = dataclasses.replace(config.workers, workers=(*config.workers.workers, *urls))
+            node = await stack.enter_async_context(run_node(dataclasses.replace(config, workers=workers)))
             print(_demo_banner(node.url, node.model.name, ports), flush=True)
             await stop.wait()
 
@@ -290,7 +279,7 @@ def _node_call(node: str, path: str, body: dict[str, Any] | None, timeout_s: flo
 def cmd_keygen(args: argparse.Namespace) -> int:
     """Write a fresh mesh keyring file (mode 0600) for --mesh-key-file; an existing file is kept unless --force,
     so an init step can run on every start and every node reads the same key."""
-    from mesh.keyring import Keyring
+    from mesh import Keyring
 
     path = Path(args.file)
     if path.exists() and not args.force:
@@ -356,15 +345,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run a gateway node in front of gRPC workers")
-    serve.add_argument("--config", metavar="FILE", help="YAML file of config keys (flags and env override it)")
-    for cls in NODE_COMPONENTS:
+    serve.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    for cls in NODE_SECTIONS.values():
         configload.add_arguments(serve, cls, group=cls.__name__)
     serve.set_defaults(func=cmd_serve)
 
     from node.sim.config import SimWorkerConfig
 
     sim = sub.add_parser("sim-worker", help="run a simulated GPU engine serving vllm.grpc.engine.VllmEngine")
-    sim.add_argument("--config", metavar="FILE", help="YAML file of config keys")
+    sim.add_argument("--config", metavar="FILE", help=f"{CONFIG_HELP}; sections: {', '.join(_sim_sections())}")
     configload.add_arguments(sim, SimWorkerConfig)
     configload.add_arguments(sim, LogConfig, group="logging")
     sim.set_defaults(func=cmd_sim_worker)
@@ -372,8 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     from node.models.prepare import FAMILIES
 
     demo = sub.add_parser("demo", help="a local node with simulated workers: the quickest way to try smg-node")
-    demo.add_argument("--host", default="127.0.0.1")
-    demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument("--config", metavar="FILE", help=f"{CONFIG_HELP} (as for serve)")
+    configload.add_arguments(demo, HttpConfig, group="HTTP", only=("host", "port"))
     demo.add_argument("--workers", type=int, default=DEMO_WORKERS, help="simulated workers to start")
     demo.add_argument("--family", choices=FAMILIES, default="llama3", help="tokenizer and chat template")
     configload.add_arguments(demo, LogConfig, group="logging")
@@ -422,15 +411,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
     args.argv = raw  # the command line as given, for `serve --processes N` to start its children with
-    from mesh.errors import MeshError
+    from mesh import MeshError
     from node.pipeline.model import ModelFolderError
     from node.pipeline.template import TemplateError
+    from node.workers.channel_config import WorkerTlsError
 
     try:
         code: int = args.func(args)
     except configload.ConfigError as exc:
         parser.error(str(exc))
-    except (ModelFolderError, TemplateError, MeshError) as exc:
+    except (ModelFolderError, TemplateError, WorkerTlsError, MeshError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # a port in use, an unreadable file, a name that does not resolve: the operator's to fix

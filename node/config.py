@@ -1,27 +1,38 @@
-"""The gateway node's component configs. Every default is defined here, once, on the field.
+"""The gateway node's component configs. Every default is defined once, on its field.
 
 Each dataclass is one component's typed config; `node.configload` turns fields into CLI flags, SMG_NODE_* env
 vars and YAML keys. Validation happens in ``__post_init__`` and names the offending key.
+
+Layering: this module sits below the components, which import it; it never imports node.http or
+node.pipeline. The configs defined elsewhere live in config leaves beside their component
+(node/cluster/config.py, over mesh's public API only; node/routing/config.py; storage/config.py) or, for now,
+in node/workers/deadlines.py and retry.py (retry.py imports the worker client's error types).
+``NodeConfig``'s fields are the one list of components.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
-from urllib.parse import urlsplit
+from types import MappingProxyType
+from typing import Final, Literal
 
-from node.cluster import ClusterConfig
-from node.http.tenancy import ApiConfig
-from node.pipeline.token_cache import TokenizerCacheConfig
+from node.cluster.config import ClusterConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
 from node.workers.retry import RetryConfig
+from node.workers.worker_url import NetworkPolicy, parse_networks, parse_target
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
 #: How Generate streams are read: "h2" = our own HTTP/2 reader (node/workers/h2_generate.py), "grpc" = grpc.aio.
 GenerateTransport = Literal["h2", "grpc"]
 DEFAULT_GENERATE_TRANSPORT: GenerateTransport = "h2"
+#: The header a trusted proxy names the tenant in (ApiConfig.trust_tenant_header).
+TENANT_HEADER: Final = "X-SMG-Tenant"
+_MIB: Final = 1024 * 1024
 
 
 def _positive(name: str, value: float) -> None:
@@ -135,13 +146,198 @@ class WorkerPoolConfig:
         },
     )
 
+    worker_ping_after_s: float = field(
+        default=5.0,
+        metadata={
+            "help": "a Generate connection (h2) silent this long while calls are open sends a PING (then after 2x "
+            "and 4x as long; none more until data arrives, as gRPC servers' ping limits require)"
+        },
+    )
+    worker_ping_timeout_s: float = field(
+        default=5.0,
+        metadata={"help": "a PING unanswered this long: the connection is dead and its calls fail (both transports)"},
+    )
+    worker_keepalive_s: float = field(
+        default=10.0,
+        metadata={"help": "grpc.aio's keepalive_time: it PINGs this often (workers refuse more often than they allow)"},
+    )
+    worker_idle_timeout_s: float = field(
+        default=300.0, metadata={"help": "a worker connection without calls this long is closed (reopened on use)"}
+    )
+    worker_tls_ca_file: str = field(
+        default="",
+        metadata={"help": "PEM CA certificate(s) grpcs:// workers' certificates must chain to (default: system)"},
+    )
+    worker_tls_cert_file: str = field(
+        default="", metadata={"help": "PEM client certificate presented to grpcs:// workers (mutual TLS)"}
+    )
+    worker_tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM key of worker_tls_cert_file"})
+    worker_tls_server_name: str = field(
+        default="", metadata={"help": "name grpcs:// workers' certificates must carry (default: the URL's host)"}
+    )
+    max_workers: int = field(
+        default=256,
+        metadata={
+            "help": "most workers the cluster registry may hold (each costs every node two connections, a health "
+            "check per interval and a KV-event stream)"
+        },
+    )
+    worker_allowed_networks: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "CIDRs worker IP addresses must lie in (default: anywhere but link-local/metadata ranges, "
+            "which only a network listed here inside them opens)",
+            "metavar": "CIDR",
+        },
+    )
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        return NetworkPolicy(allowed=parse_networks(self.worker_allowed_networks, "worker_allowed_networks"))
+
     def __post_init__(self) -> None:
-        for url in (*self.workers, *self.prefill_workers, *self.decode_workers):
-            parse_worker_url(url)
+        policy = self.network_policy
+        urls = (*self.workers, *self.prefill_workers, *self.decode_workers)
+        for url in urls:
+            policy.check(url, parse_target(url))
+        _positive("max_workers", self.max_workers)
+        for name in ("worker_ping_after_s", "worker_ping_timeout_s", "worker_keepalive_s", "worker_idle_timeout_s"):
+            _positive(name, getattr(self, name))
+        if bool(self.worker_tls_cert_file) != bool(self.worker_tls_key_file):
+            raise ValueError("worker_tls_cert_file, worker_tls_key_file: set both (mutual TLS) or neither")
+        if len(set(urls)) > self.max_workers:
+            raise ValueError(f"workers: {len(set(urls))} given, more than max_workers ({self.max_workers})")
         _positive("health_interval_s", self.health_interval_s)
         _positive("health_timeout_s", self.health_timeout_s)
         _positive("health_publish_interval_s", self.health_publish_interval_s)
         _positive("health_failures_to_unhealthy", self.health_failures_to_unhealthy)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerCacheConfig:
+    """Tokenizer cache settings; one instance may serve every model's tokenizer."""
+
+    l0_enabled: bool = field(default=True, metadata={"help": "Cache whole prompts: identical text returns cached ids."})
+    l0_max_bytes: int = field(
+        default=64 * _MIB, metadata={"help": "Memory bound of the exact-match cache (text + ids), bytes."}
+    )
+    l1_enabled: bool = field(
+        default=True,
+        metadata={
+            "help": "Cache prompt prefixes ending at special tokens (chat turns), so a shared "
+            "system prompt or earlier turns are not tokenized again."
+        },
+    )
+    l1_max_bytes: int = field(default=128 * _MIB, metadata={"help": "Memory bound of the prefix cache (ids), bytes."})
+    # Chat templates put several added tokens in every turn; hashing and storing a prefix at each costs
+    # more than it saves. A hit re-encodes at most this much already-seen text (512: ~120 tokens, ~0.1 ms).
+    l1_spacing_chars: int = field(
+        default=512,
+        metadata={
+            "help": "Prefix-cache entries are kept at most every this many characters (plus one at the "
+            "last special token of each prompt); 1 keeps one after every special token."
+        },
+    )
+
+    # Below ~2,048 characters (~500 tokens, ~0.2 ms with tiktoken) hashing and lookups cost about as much
+    # as encoding the whole prompt again.
+    l1_min_prompt_chars: int = field(
+        default=2048,
+        metadata={"help": "Prompts shorter than this many characters bypass the prefix cache."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.l1_min_prompt_chars < 0:
+            raise ValueError(f"l1_min_prompt_chars must be >= 0, got {self.l1_min_prompt_chars}")
+        if self.l1_spacing_chars < 1:
+            raise ValueError(f"l1_spacing_chars must be >= 1, got {self.l1_spacing_chars}")
+        for name in ("l0_max_bytes", "l1_max_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiConfig:
+    trust_tenant_header: bool = field(
+        default=False,
+        metadata={
+            "help": f"take the Responses/Conversations tenant from the {TENANT_HEADER} header; set only when a "
+            "trusted proxy in front of the node sets it (otherwise every request is tenant 'default')"
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """Per-request bounds. Defaults admit what OpenAI documents and what vLLM clients commonly send."""
+
+    max_n: int = field(default=128, metadata={"help": "largest 'n' (choices per request); OpenAI's documented maximum"})
+    max_output_tokens_total: int = field(
+        default=1 << 20,
+        metadata={
+            "help": "largest n x max_tokens (x prompts, for /v1/completions) one request may ask for; an omitted "
+            "max_tokens defaults to at most this / choices. 1M tokens: any n at a 4k budget, n=8 at 128k"
+        },
+    )
+    max_logprob_tokens_total: int = field(
+        default=1 << 17,
+        metadata={
+            "help": "the same bound when logprobs are requested (each token then carries up to 21 entries "
+            "held until the answer is sent); 128k: one full 128k-context answer"
+        },
+    )
+    max_top_logprobs: int = field(
+        default=20, metadata={"help": "largest top_logprobs (chat) / logprobs (completions); OpenAI's maximum"}
+    )
+    max_stop_strings: int = field(
+        default=64,
+        metadata={"help": "most stop strings per request (OpenAI allows 4, vLLM any number; matched per token)"},
+    )
+    max_stop_chars: int = field(
+        default=1024,
+        metadata={"help": "longest stop string in characters (its text is held back and searched every token)"},
+    )
+    max_stop_chars_total: int = field(default=8192, metadata={"help": "total characters of a request's stop strings"})
+    max_messages: int = field(
+        default=4096,
+        metadata={
+            "help": "most chat messages / Responses input items per request (OpenAI: 2048 messages); each is "
+            "one pass of the chat template"
+        },
+    )
+    max_content_parts: int = field(
+        default=512,
+        metadata={"help": "most content parts in one message (OpenAI accepts up to 500 images per request)"},
+    )
+    max_tools: int = field(default=128, metadata={"help": "most tools per request; OpenAI's documented maximum"})
+    max_tools_bytes: int = field(
+        default=1 << 20,
+        metadata={"help": "total JSON size of a request's tools; all of it is rendered into the prompt"},
+    )
+    max_prompts: int = field(default=64, metadata={"help": "most prompts in one /v1/completions batch"})
+    max_json_depth: int = field(
+        default=64,
+        metadata={
+            "help": "deepest nesting of free-form JSON (tool schemas, chat_template_kwargs, items); deeper "
+            "values overflow recursive consumers (templates, storage encoders)"
+        },
+    )
+    max_request_line_bytes: int = field(
+        default=8190, metadata={"help": "longest HTTP request line (method, path, version); aiohttp's default"}
+    )
+    max_header_bytes: int = field(default=8190, metadata={"help": "longest HTTP header (name and value)"})
+    max_headers: int = field(default=128, metadata={"help": "most HTTP headers per request"})
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value < 1:
+                raise ValueError(f"{f.name} must be >= 1, got {value}")
+
+    def output_cap(self, choices: int, *, logprobs: bool) -> int:
+        """The largest max_tokens each of ``choices`` choices may have (an omitted one defaults to at most this)."""
+        total = self.max_logprob_tokens_total if logprobs else self.max_output_tokens_total
+        return max(1, total // max(1, choices))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,41 +347,37 @@ class LogConfig:
 
 
 def parse_worker_url(url: str) -> str:
-    """Return the gRPC target ``host:port`` of ``grpc://host:port``; raises ValueError naming the URL."""
-    parts = urlsplit(url)
-    if parts.scheme != "grpc" or not parts.hostname or parts.port is None:
-        raise ValueError(f"worker URL {url!r} must look like grpc://host:port")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{parts.port}"
+    """Return the gRPC target ``host:port`` of ``grpc[s]://host:port``; raises ValueError naming the URL."""
+    return parse_target(url).authority
 
 
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
-    """Everything `smg-node serve` needs, one typed config per component."""
+    """Everything `smg-node serve` needs, one typed config per component.
+
+    The list of components is written here once: each field is a component, its name the component's YAML
+    section (``http: {port: 8000}``) and its type the component's config class (NODE_SECTIONS). Fields are
+    in the order ``serve --help`` shows their flag groups.
+    """
 
     http: HttpConfig
     model: ModelConfig
     workers: WorkerPoolConfig
-    log: LogConfig
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    log: LogConfig = field(default_factory=LogConfig)
 
 
-NODE_COMPONENTS: tuple[type, ...] = (
-    HttpConfig,
-    ModelConfig,
-    WorkerPoolConfig,
-    RoutingConfig,
-    TokenizerCacheConfig,
-    ClusterConfig,
-    StorageConfig,
-    ApiConfig,
-    DeadlineConfig,
-    RetryConfig,
-    LogConfig,
-)
+def _sections(config: type[object]) -> Mapping[str, type[object]]:
+    hints = typing.get_type_hints(config)
+    return MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(config)})  # type: ignore[arg-type]
+
+
+#: YAML section name -> component config class, derived from NodeConfig's fields.
+NODE_SECTIONS: Final[Mapping[str, type[object]]] = _sections(NodeConfig)

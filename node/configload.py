@@ -2,7 +2,8 @@
 
 Defaults live only in the dataclass fields. Each field becomes a CLI flag (``--field-name``, or
 ``metadata["flag"]``), an environment variable (``SMG_NODE_FIELD_NAME``, or the class's own ``ENV_PREFIX`` when
-a command's config must not answer to another command's variables) and a YAML key (the field name).
+a command's config must not answer to another command's variables) and a YAML key (the field name) in its
+component's section (``http: {port: 8000}``) or, equally, at the top level (``port: 8000``).
 Precedence, lowest to highest: field default < YAML file < environment < CLI flag. Values are validated once,
 here, and a bad key or value is reported by name (``ConfigError``).
 """
@@ -121,12 +122,15 @@ def convert(key: str, tp: Any, raw: Any) -> Any:
     raise ConfigError(f"{key}: unsupported config type {inner!r}")
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type[Any], *, group: str | None = None) -> None:
-    """Add one flag per field of ``cls``. Flags default to None so that 'not given' is distinguishable."""
+def add_arguments(
+    parser: argparse.ArgumentParser, cls: type[Any], *, group: str | None = None, only: Sequence[str] | None = None
+) -> None:
+    """Add one flag per field of ``cls`` (or of the fields named in ``only``). Flags default to None so that
+    'not given' is distinguishable."""
     target: Any = parser.add_argument_group(group) if group else parser
     hints = _hints(cls)
     for field in _fields(cls):
-        if field.metadata.get("cli") is False:
+        if field.metadata.get("cli") is False or (only is not None and field.name not in only):
             continue
         tp = hints[field.name]
         default = field.default if field.default is not _MISSING else None
@@ -166,7 +170,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[Any], *, group: str
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML config file: a mapping of field names (sections, if any, are flattened)."""
+    """Read a YAML config file: a mapping of sections and/or field names (see ``split_sections``)."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -177,13 +181,50 @@ def read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level")
-    flat: dict[str, Any] = {}
+    return {str(key): value for key, value in data.items()}
+
+
+def split_sections(data: Mapping[str, Any], sections: Mapping[str, type[Any]]) -> dict[str, dict[str, Any]]:
+    """Each section's values of a config file, keyed by section name.
+
+    A top-level key naming a section and holding a mapping is that section (``http: {port: 8000}``); any
+    other top-level key is a field name, given to the component that owns it (``port: 8000``). The two
+    never clash: no config field holds a mapping, so ``workers: [grpc://a:1]`` is WorkerPoolConfig's field
+    and ``workers: {health_interval_s: 1}`` its section.
+
+    Raises ConfigError naming an unknown key (``section.key`` inside a section), an unknown section, or a
+    field given both in its section and at the top level.
+    """
+    owner = {field.name: name for name, cls in sections.items() for field in _fields(cls)}
+    out: dict[str, dict[str, Any]] = {name: {} for name in sections}
+    where: dict[tuple[str, str], str] = {}
+    unknown: list[str] = []
+
+    def put(section: str, key: str, value: Any, spelled: str) -> None:
+        if (section, key) in where:
+            raise ConfigError(f"{spelled}: also given as {where[section, key]}")
+        where[section, key] = spelled
+        out[section][key] = value
+
     for key, value in data.items():
-        if isinstance(value, dict):  # an optional section such as `mesh: {...}`
-            flat.update({str(k): v for k, v in value.items()})
+        if isinstance(value, dict):
+            if key not in sections:
+                known = ", ".join(sections)
+                raise ConfigError(f"unknown config section {key!r} (sections: {known})")
+            fields = {field.name for field in _fields(sections[key])}
+            for inner, inner_value in value.items():
+                spelled = f"{key}.{inner}"
+                if inner not in fields:
+                    unknown.append(spelled)
+                else:
+                    put(key, str(inner), inner_value, spelled)
+        elif key in owner:
+            put(owner[key], key, value, key)
         else:
-            flat[str(key)] = value
-    return flat
+            unknown.append(key)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(sorted(unknown))}")
+    return out
 
 
 def build(
@@ -219,9 +260,24 @@ def build(
         raise ConfigError(str(exc)) from exc
 
 
-def check_unknown_keys(file_values: Mapping[str, Any], classes: Sequence[type[Any]]) -> None:
-    """A YAML key that no component knows is an error (a typo must not be silently ignored)."""
-    known = {f.name for cls in classes for f in _fields(cls)}
-    unknown = sorted(set(file_values) - known)
-    if unknown:
-        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+def load_sections(
+    sections: Mapping[str, type[Any]],
+    *,
+    args: argparse.Namespace | None,
+    env: Mapping[str, str] | None,
+    path: Path | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Build every section's config from (lowest to highest) defaults, the YAML file at ``path``, env, CLI
+    args and ``overrides`` (section -> field -> value). Raises ConfigError naming the bad key or value."""
+    file_values = split_sections(read_yaml(path), sections) if path is not None else {}
+    return {
+        name: build(
+            cls,
+            args=args,
+            env=env,
+            file_values=file_values.get(name),
+            overrides=(overrides or {}).get(name),
+        )
+        for name, cls in sections.items()
+    }

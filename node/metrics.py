@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from mesh.runtime import Mesh
-from node.cluster_state import SharedState
+from mesh import Mesh
+from node.cluster.state import SharedState
 from node.pipeline.generate import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.cache_aware import CacheAware
@@ -171,7 +171,7 @@ class _MeshCollector(Collector):
 
 
 class _StateCollector(Collector):
-    """The replicated cluster state (mesh/state.py) and the routing-hint channel, read at scrape time."""
+    """The replicated cluster state (mesh/state/) and the routing-hint channel, read at scrape time."""
 
     def __init__(self, shared: SharedState) -> None:
         self._shared = shared

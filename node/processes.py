@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from mesh.keyring import Keyring
+from mesh import Keyring
 
 log = logging.getLogger(__name__)
 

@@ -62,10 +62,12 @@ def test_serve_with_bad_paths(llama3_model_dir: Path, tmp_path: Path) -> None:
     _one_clear_line(_run(["serve", "--port", port, "--model-path", str(llama3_model_dir), *mesh]), "no.keys")
 
 
-def test_serve_with_an_advertise_name_that_does_not_resolve(llama3_model_dir: Path) -> None:
+def test_serve_with_an_advertise_name_is_one_config_error(llama3_model_dir: Path) -> None:
+    """Members gossip literal addresses: a name to advertise is refused at once, by name, with usage (exit 2)."""
     mesh = ["--mesh-bind", f"0.0.0.0:{free_port()}", "--mesh-advertise", "nosuchhost.invalid:7946"]
     result = _run(["serve", "--port", str(free_port()), "--model-path", str(llama3_model_dir), *mesh])
-    _one_clear_line(result, "nosuchhost.invalid", "does not resolve")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "mesh_advertise" in result.stderr.splitlines()[-1]
 
 
 def test_keygen_writes_once_and_keeps(tmp_path: Path) -> None:

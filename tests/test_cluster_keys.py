@@ -1,4 +1,4 @@
-"""node/cluster.py: SIGHUP's key file reload into the live keyring (key rotation without a restart)."""
+"""node/cluster/keys.py: SIGHUP's key file reload into the live keyring (key rotation without a restart)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mesh.config import MeshConfig
 from mesh.errors import KeyringError
 from mesh.keyring import Keyring
 from mesh.runtime import Mesh
-from node.cluster import KeyFileReload, apply_keys, reload_key_file
+from node.cluster.keys import KeyFileReload, apply_keys, reload_key_file
 
 A, B, C = bytes([1]) * 32, bytes([2]) * 32, bytes([3]) * 16
 CONFIG = MeshConfig.local(bind_addr="127.0.0.1", bind_port=0, node_name="m")
@@ -46,7 +46,7 @@ async def test_reload_rotates_the_live_keyring_and_a_bad_file_changes_nothing(
         for written, expected in steps:
             assert reload_key_file(mesh, _write(path, *written))
             assert ring.keys == expected
-        caplog.set_level(logging.ERROR, logger="node.cluster")
+        caplog.set_level(logging.ERROR, logger="node.cluster.keys")
         path.write_text("not base64!\n")
         assert not reload_key_file(mesh, str(path))
         assert not reload_key_file(mesh, str(tmp_path / "missing.keys"))

@@ -6,7 +6,7 @@ import pytest
 
 from node import configload
 from node.cli import _roles_text, build_parser, load_node_config
-from node.cluster import ClusterConfig, node_meta
+from node.cluster.config import ClusterConfig, node_meta
 
 
 def test_mesh_role_flags_become_the_published_role_map() -> None:

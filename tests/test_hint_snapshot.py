@@ -1,8 +1,8 @@
-"""The join snapshot of recent routing hints (node/hint_snapshot.py) and aged hint messages (affinity.aged)."""
+"""The join snapshot of recent routing hints (node/cluster/hint_snapshot.py) and aged hint messages (affinity.aged)."""
 
 from __future__ import annotations
 
-from node.hint_snapshot import HintSnapshot
+from node.cluster.hint_snapshot import HintSnapshot
 from node.routing.affinity import AffinityHints, aged
 from node.routing.block_hashes import BlockHashes
 

@@ -8,12 +8,10 @@ import time
 import msgspec
 from aiohttp import web
 
-from mesh.errors import JoinError
-from mesh.member import Member, check_addr
-from mesh.runtime import Mesh
+from mesh import JoinError, Member, Mesh, check_addr
+from node.cluster.seeds import resolve_seeds
 from node.errors import GatewayError, InvalidRequest
 from node.http.errors import read_json
-from node.seeds import resolve_seeds
 
 MAX_JOIN_PEERS = 16
 MAX_JOIN_BODY_BYTES = 64 * 1024

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 import msgspec
 from aiohttp import web
 
+from node.config import RequestLimits
 from node.drain import Drain
-from node.http.errors import error_body, error_middleware
+from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body, error_middleware
 from node.http.history import History
 from node.http.openai_chat import ChatCompletions
 from node.http.openai_common import ApiContext
@@ -20,6 +21,7 @@ from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel
+from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.pool import WorkerPool
 from storage.base import Stores
 
@@ -35,22 +37,35 @@ def build_app(
     cpu: CpuPool,
     metrics: NodeMetrics,
     max_body_bytes: int,
-    routing_key_header: str = "x-smg-routing-key",
+    routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER,
     stores: Stores,
     tenancy: ApiConfig,
+    limits: RequestLimits | None = None,
     drain: Drain | None = None,
 ) -> web.Application:
     """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say."""
+    limits = limits or RequestLimits()
     draining = drain or Drain()
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced.
-    app = web.Application(middlewares=[metrics.middleware(), error_middleware], client_max_size=max_body_bytes + 1)
+    app = web.Application(
+        middlewares=[metrics.middleware(), error_middleware],
+        client_max_size=max_body_bytes + 1,
+        handler_args={
+            **NO_AUTO_DECOMPRESS,
+            "max_line_size": limits.max_request_line_bytes,
+            "max_field_size": limits.max_header_bytes,
+            "max_headers": limits.max_headers,
+        },
+    )
+    app[REQUEST_LIMITS] = limits
     contexts = [
         ApiContext(
             model=model,
             pool=pool,
             cpu=cpu,
             max_body_bytes=max_body_bytes,
+            limits=limits,
             on_usage=metrics.observe_usage,
             routing_key_header=routing_key_header,
         )

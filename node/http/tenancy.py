@@ -7,9 +7,9 @@ so every request belongs to the one tenant `default`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from node.config import TENANT_HEADER, ApiConfig
 from node.errors import InvalidRequest
 from storage.errors import InvalidInput
 from storage.validation import check_tenant
@@ -17,19 +17,10 @@ from storage.validation import check_tenant
 if TYPE_CHECKING:  # the config is loaded by the CLI, which need not import the HTTP framework
     from aiohttp import web
 
-TENANT_HEADER = "X-SMG-Tenant"
 DEFAULT_TENANT = "default"
 
-
-@dataclass(frozen=True, slots=True)
-class ApiConfig:
-    trust_tenant_header: bool = field(
-        default=False,
-        metadata={
-            "help": f"take the Responses/Conversations tenant from the {TENANT_HEADER} header; set only when a "
-            "trusted proxy in front of the node sets it (otherwise every request is tenant 'default')"
-        },
-    )
+# ApiConfig and the header name live in node.config with every component's config; re-exported here.
+__all__ = ["DEFAULT_TENANT", "TENANT_HEADER", "ApiConfig", "tenant_of"]
 
 
 def tenant_of(request: web.Request, config: ApiConfig) -> str:

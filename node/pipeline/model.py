@@ -3,6 +3,9 @@
 A folder holds tokenizer.json, tokenizer_config.json, config.json and (optionally) generation_config.json.
 `load_model_folder` reads the small JSON files only; the tokenizer itself is loaded by
 `node.pipeline.tokenizer.Tokenizer`.
+
+The typed readers below (`read_json`, `optional_int`, `id_list`, ...) are also the simulated engine's
+(node/sim/model_folder.py): one reading of a model folder's files, each error naming the file.
 """
 
 from __future__ import annotations
@@ -20,6 +23,15 @@ CONFIG_FILE: Final = "config.json"
 GENERATION_CONFIG_FILE: Final = "generation_config.json"
 # Newer transformers versions save the template beside tokenizer_config.json instead of inside it.
 CHAT_TEMPLATE_FILE: Final = "chat_template.jinja"
+
+# config.json keys that carry the context length, in the order vLLM tries them (`_get_and_verify_max_len`).
+CONTEXT_LENGTH_KEYS: Final = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+)
 
 # transformers writes int(1e30) as model_max_length when a tokenizer declares no limit; anything this large
 # means "unset", not a real context window.
@@ -73,31 +85,31 @@ def load_model_folder(path: Path | str) -> ModelFolder:
     if not tokenizer_file.is_file():
         raise ModelFolderError(tokenizer_file, "missing")
     tok_cfg_file = folder / TOKENIZER_CONFIG_FILE
-    tok_cfg = _read_json(tok_cfg_file)
+    tok_cfg = read_json(tok_cfg_file)
     config_file = folder / CONFIG_FILE
-    config = _read_json(config_file)
+    config = read_json(config_file)
     gen_file = folder / GENERATION_CONFIG_FILE
     # Optional: many published folders have none, and config.json then carries the same ids.
-    gen = _read_json(gen_file) if gen_file.exists() else {}
+    gen = read_json(gen_file, required=False)
 
-    bos_token = _token_content(tok_cfg, "bos_token", tok_cfg_file)
-    eos_token = _token_content(tok_cfg, "eos_token", tok_cfg_file)
+    bos_token = token_content(tok_cfg, "bos_token", tok_cfg_file)
+    eos_token = token_content(tok_cfg, "eos_token", tok_cfg_file)
     ids = _TokenIds(folder, tok_cfg)
 
     bos_token_id = ids.lookup(bos_token) if bos_token is not None else None
     if bos_token_id is None:
-        bos_token_id = _optional_int(gen, "bos_token_id", gen_file)
+        bos_token_id = optional_int(gen, "bos_token_id", gen_file)
     if bos_token_id is None:
-        bos_token_id = _optional_int(config, "bos_token_id", config_file)
+        bos_token_id = optional_int(config, "bos_token_id", config_file)
 
-    eos_ids = _id_list(gen, "eos_token_id", gen_file) if gen else _id_list(config, "eos_token_id", config_file)
+    eos_ids = id_list(gen, "eos_token_id", gen_file) if gen else id_list(config, "eos_token_id", config_file)
     eos_token_id = ids.lookup(eos_token) if eos_token is not None else None
     if eos_token_id is not None and eos_token_id not in eos_ids:
         eos_ids.append(eos_token_id)
 
-    max_context = _optional_int(config, "max_position_embeddings", config_file)
+    max_context = context_length(config, config_file)
     if max_context is None:
-        declared = _optional_int(tok_cfg, "model_max_length", tok_cfg_file)
+        declared = optional_int(tok_cfg, "model_max_length", tok_cfg_file)
         max_context = declared if declared is not None and declared < _UNSET_MODEL_MAX_LENGTH else None
 
     return ModelFolder(
@@ -110,8 +122,8 @@ def load_model_folder(path: Path | str) -> ModelFolder:
         bos_token_id=bos_token_id,
         eos_token_ids=tuple(eos_ids),
         max_context_length=max_context,
-        model_type=_optional_str(config, "model_type", config_file),
-        architectures=tuple(_str_list(config, "architectures", config_file)),
+        model_type=optional_str(config, "model_type", config_file),
+        architectures=tuple(str_list(config, "architectures", config_file)),
     )
 
 
@@ -136,7 +148,7 @@ class _TokenIds:
 
     def _parse_tokenizer_json(self) -> None:
         self._parsed = True
-        data = _read_json(self._file)
+        data = read_json(self._file)
         model = data.get("model")
         vocab = model.get("vocab") if isinstance(model, Mapping) else None
         if isinstance(vocab, Mapping):  # BPE/WordPiece: token -> id (Unigram stores a list; skip it)
@@ -152,7 +164,14 @@ class _TokenIds:
                         self._table[content] = token_id
 
 
-def _read_json(file: Path) -> _Json:
+def read_json(file: Path, *, required: bool = True) -> _Json:
+    """The JSON object in ``file``; an absent file that is not ``required`` reads as an empty one.
+
+    Raises:
+        ModelFolderError: the file is missing (and required), unreadable, not JSON or not an object.
+    """
+    if not required and not file.exists():
+        return {}
     try:
         data = file.read_bytes()
     except FileNotFoundError as exc:
@@ -168,7 +187,8 @@ def _read_json(file: Path) -> _Json:
     return value
 
 
-def _token_content(data: _Json, key: str, file: Path) -> str | None:
+def token_content(data: _Json, key: str, file: Path) -> str | None:
+    """A special token's text. Raises ModelFolderError for a value of another shape."""
     # Special tokens are stored either as plain strings or as serialized AddedToken objects.
     value = data.get(key)
     if value is None or isinstance(value, str):
@@ -201,7 +221,8 @@ def _chat_template(folder: Path, tok_cfg: _Json, file: Path) -> str | None:
     return None
 
 
-def _optional_int(data: _Json, key: str, file: Path) -> int | None:
+def optional_int(data: _Json, key: str, file: Path) -> int | None:
+    """``data[key]`` as an int (an integral float too), None when absent; raises ModelFolderError otherwise."""
     value = data.get(key)
     if value is None:
         return None
@@ -217,14 +238,18 @@ def _optional_bool(data: _Json, key: str, file: Path) -> bool | None:
     raise ModelFolderError(file, f"{key!r} must be true or false")
 
 
-def _optional_str(data: _Json, key: str, file: Path) -> str | None:
+def optional_str(data: _Json, key: str, file: Path) -> str | None:
+    """``data[key]`` as a string, None when absent; raises ModelFolderError otherwise."""
     value = data.get(key)
     if value is None or isinstance(value, str):
         return value
     raise ModelFolderError(file, f"{key!r} must be a string")
 
 
-def _id_list(data: _Json, key: str, file: Path) -> list[int]:
+def id_list(data: _Json, key: str, file: Path) -> list[int]:
+    """An id field that may be one int or a list of ints (Hugging Face allows both), de-duplicated in order.
+
+    Raises ModelFolderError for anything else."""
     value = data.get(key)
     if value is None:
         return []
@@ -235,7 +260,8 @@ def _id_list(data: _Json, key: str, file: Path) -> list[int]:
     return list(dict.fromkeys(ids))  # de-duplicated, order kept
 
 
-def _str_list(data: _Json, key: str, file: Path) -> list[str]:
+def str_list(data: _Json, key: str, file: Path) -> list[str]:
+    """A list of strings, [] when absent; raises ModelFolderError otherwise."""
     value = data.get(key)
     if value is None:
         return []
@@ -244,3 +270,12 @@ def _str_list(data: _Json, key: str, file: Path) -> list[str]:
     if not isinstance(value, list) or len(strings) != len(items):
         raise ModelFolderError(file, f"{key!r} must be a list of strings")
     return strings
+
+
+def context_length(config: _Json, file: Path) -> int | None:
+    """The context window config.json declares (the first positive of CONTEXT_LENGTH_KEYS), or None."""
+    for key in CONTEXT_LENGTH_KEYS:
+        value = optional_int(config, key, file)
+        if value is not None and value > 0:
+            return value
+    return None

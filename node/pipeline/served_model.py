@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node.config import TokenizerCacheConfig
 from node.pipeline.model import ModelFolder, load_model_folder
 from node.pipeline.template import ChatTemplate
-from node.pipeline.token_cache import TokenizerCacheConfig
 from node.pipeline.tokenizer import Tokenizer
 
 # A folder that declares no context length: assume a modest window rather than unlimited.

@@ -28,9 +28,10 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
+from node.config import TokenizerCacheConfig
 from node.pipeline.encode_rules import Affixes, EncodeFn
 
 _ID_TYPECODE: Final = "i"  # 4 bytes per id: vocabularies stay far below 2**31
@@ -40,49 +41,6 @@ _MIB: Final = 1024 * 1024
 # A chat turn pair adds a handful of added tokens (Llama-3: 6; tool calls a few more), so the previous
 # turn's last cut is among this many last cuts of the next turn's prompt.
 _RECENT_CUTS: Final = 16
-
-
-@dataclass(frozen=True, slots=True)
-class TokenizerCacheConfig:
-    """Tokenizer cache settings; one instance may serve every model's tokenizer."""
-
-    l0_enabled: bool = field(default=True, metadata={"help": "Cache whole prompts: identical text returns cached ids."})
-    l0_max_bytes: int = field(
-        default=64 * _MIB, metadata={"help": "Memory bound of the exact-match cache (text + ids), bytes."}
-    )
-    l1_enabled: bool = field(
-        default=True,
-        metadata={
-            "help": "Cache prompt prefixes ending at special tokens (chat turns), so a shared "
-            "system prompt or earlier turns are not tokenized again."
-        },
-    )
-    l1_max_bytes: int = field(default=128 * _MIB, metadata={"help": "Memory bound of the prefix cache (ids), bytes."})
-    # Chat templates put several added tokens in every turn; hashing and storing a prefix at each costs
-    # more than it saves. A hit re-encodes at most this much already-seen text (512: ~120 tokens, ~0.1 ms).
-    l1_spacing_chars: int = field(
-        default=512,
-        metadata={
-            "help": "Prefix-cache entries are kept at most every this many characters (plus one at the "
-            "last special token of each prompt); 1 keeps one after every special token."
-        },
-    )
-
-    # Below ~2,048 characters (~500 tokens, ~0.2 ms with tiktoken) hashing and lookups cost about as much
-    # as encoding the whole prompt again.
-    l1_min_prompt_chars: int = field(
-        default=2048,
-        metadata={"help": "Prompts shorter than this many characters bypass the prefix cache."},
-    )
-
-    def __post_init__(self) -> None:
-        if self.l1_min_prompt_chars < 0:
-            raise ValueError(f"l1_min_prompt_chars must be >= 0, got {self.l1_min_prompt_chars}")
-        if self.l1_spacing_chars < 1:
-            raise ValueError(f"l1_spacing_chars must be >= 1, got {self.l1_spacing_chars}")
-        for name in ("l0_max_bytes", "l1_max_bytes"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, slots=True)

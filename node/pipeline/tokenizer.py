@@ -25,6 +25,7 @@ from typing import Any
 
 import tokenizers
 
+from node.config import TokenizerCacheConfig
 from node.pipeline import bpe_fast
 from node.pipeline.encode_rules import (
     normalizer_is_identity,
@@ -41,7 +42,6 @@ from node.pipeline.token_cache import (
     SegmentRules,
     TokenCache,
     TokenCacheStats,
-    TokenizerCacheConfig,
 )
 
 TOKENIZER_FILE = "tokenizer.json"

@@ -18,7 +18,7 @@ node whose hash differs (another Python build) ignores hints it could not match 
 Wire (version 1): ``>BHq`` version, page size, hash check; ``B`` URL count, each ``B`` length + UTF-8; then
 entries ``>qIB`` prefix hash, pages, URL index, to the end. Version 2 is a version-1 message as seen some time
 ago (``aged``): ``>BI`` version, age in ms, then the version-1 message. Only the join snapshot of recent hints
-(node/hint_snapshot.py) sends it: its hints are dated back by the age, so they expire when they would have
+(node/cluster/hint_snapshot.py) sends it: its hints are dated back by the age, so they expire when they would have
 where they were made, and never replace a fresher hint of the same prefix.
 """
 

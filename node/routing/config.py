@@ -9,7 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Literal, get_args
+from typing import Final, Literal, get_args
+
+#: The header a request names its routing key in (consistent_hashing, manual), unless --routing-key-header
+#: says otherwise. Defined here only; the HTTP layer's defaults refer to it.
+DEFAULT_ROUTING_KEY_HEADER: Final = "x-smg-routing-key"
 
 PolicyName = Literal[
     "round_robin",
@@ -51,7 +55,7 @@ class RoutingConfig:
         metadata={"help": "seed of the routing random generator (random, power_of_two, ties); empty: OS entropy"},
     )
     routing_key_header: str = field(
-        default="x-smg-routing-key",
+        default=DEFAULT_ROUTING_KEY_HEADER,
         metadata={"help": "request header whose value is the routing key (consistent_hashing, manual)"},
     )
     load_stale_after_s: float = field(

@@ -18,10 +18,11 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from node.routing.kv_events import KvEvent
 from node.sim.admission import AdmissionQueue
 from node.sim.config import SimWorkerConfig
 from node.sim.errors import EngineClosedError, InvalidRequestError
-from node.sim.kv_events import KvBatch, KvEvent, KvEventLog
+from node.sim.kv_events import KvBatch, KvEventLog
 from node.sim.latency import LatencyModel
 from node.sim.model_folder import ModelFolder
 from node.sim.prefix_cache import CacheBusyError, Lease, PrefixCache
@@ -75,12 +76,14 @@ class ServerSnapshot:
 
 
 class _Request:
-    __slots__ = ("aborted", "sequences", "spec")
+    __slots__ = ("aborted", "prompt_hashes", "sequences", "spec")
 
     def __init__(self, spec: GenerateSpec) -> None:
         self.spec = spec
         self.aborted = False
         self.sequences: list[_Sequence] = []
+        # The prompt's block hashes, computed once: GetLoads asks about every waiting prompt, each time.
+        self.prompt_hashes: list[int] | None = None
 
 
 class _Sequence:
@@ -194,7 +197,7 @@ class SimEngine:
                 total = len(prompt) + len(seq.output_ids)
                 used_blocks += max(0, math.ceil(total / size) - len(seq.lease.pinned))
             elif not self._admission.is_running(seq.key):
-                waiting_uncached += len(prompt) - self._cache.cached_prefix_tokens(prompt)
+                waiting_uncached += len(prompt) - self._cache.cached_prefix_tokens(prompt, self._hashes(seq.request))
         capacity_tokens = self._cache.capacity_blocks * size
         used_tokens = used_blocks * size
         return LoadSnapshot(
@@ -390,7 +393,7 @@ class SimEngine:
             if not await self._admit(seq, loop):
                 yield SequenceOutput(seq.index, (), 0, len(prompt), 0, Finish("abort"))
                 return
-            admission = self._cache.admit(prompt)
+            admission = self._cache.admit(prompt, self._hashes(request))
             seq.lease = admission.lease
             self._publish(admission.events)
             cached = admission.cached_tokens
@@ -452,6 +455,11 @@ class SimEngine:
         finally:
             timer.cancel()
             seq.wake = None
+
+    def _hashes(self, request: _Request) -> list[int]:
+        if request.prompt_hashes is None:
+            request.prompt_hashes = self._cache.block_hashes(request.spec.prompt_ids)
+        return request.prompt_hashes
 
     def _retire(self, seq: _Sequence) -> None:
         """Cache the sequence's finished blocks, unpin its lease and hand its slot to the next in line.

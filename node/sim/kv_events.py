@@ -15,6 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
+# The typed events are the gateway's own (what its subscriber converts the wire into), so what the engine
+# publishes and what the router reads are one type; node/workers/kv_convert.py converts both ways.
+from node.routing.kv_events import BlocksStored, CacheCleared, KvEvent, SnapshotChunk
+
 # Batches kept for replay. At one batch per admission and one per completion this covers a reconnect of a
 # few seconds under heavy load; a subscriber gone longer is resynchronised with a snapshot.
 KV_EVENT_HISTORY_BATCHES = 4096
@@ -24,45 +28,10 @@ MAX_SNAPSHOT_CHUNKS = 65536
 
 
 @dataclass(frozen=True, slots=True)
-class StoredBlock:
-    block_hash: int
-    token_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class BlocksStored:
-    """Full blocks newly cached, one chain under ``parent_block_hash`` (None: a chain from the root)."""
-
-    blocks: tuple[StoredBlock, ...]
-    parent_block_hash: int | None
-    block_size: int
-
-
-@dataclass(frozen=True, slots=True)
-class BlocksRemoved:
-    block_hashes: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CacheCleared:
-    pass
-
-
-KvEvent = BlocksStored | BlocksRemoved | CacheCleared
-
-
-@dataclass(frozen=True, slots=True)
 class NumberedEvent:
     event_id: int
     """Monotonic over the engine's life; 0 for events synthesised for a snapshot."""
     event: KvEvent
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotChunk:
-    index: int
-    count: int
-    blocks: int
 
 
 @dataclass(frozen=True, slots=True)

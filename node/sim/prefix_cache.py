@@ -5,6 +5,11 @@ hash names a whole prefix, like vLLM's. A request leases the blocks it uses: lea
 never evicted. Unpinned blocks are evicted least recently used first; a released chain is touched from its
 tail to its root, so a chain's tail goes before its root (vLLM frees blocks in reverse order for the same
 reason). When every block is pinned, new blocks are not cached (the chain stops there).
+
+Cost: the engine must never be the bottleneck, so no operation walks the cache. Unpinned blocks sit in their
+own LRU (``_unpinned``, vLLM's free-block queue): pinning takes a block out, the last unpin puts it back at
+the most recent end, eviction pops the least recent one, all O(1). A request costs O(its own blocks).
+Invariant: ``_unpinned`` holds exactly the cached blocks with ``refs == 0``, least recently released first.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from node.sim.kv_events import BlocksRemoved, BlocksStored, CacheCleared, KvEvent, StoredBlock
+from node.routing.kv_events import BlocksRemoved, BlocksStored, CacheCleared, KvEvent, StoredBlock
 
 _ROOT_MARKER = b"\x00root"
 
@@ -61,9 +66,9 @@ class PrefixCache:
             raise ValueError("block_size must be >= 1 and capacity_blocks >= 0")
         self._block_size = block_size
         self._capacity = capacity_blocks
-        # Least recently used first.
-        self._blocks: OrderedDict[int, _Entry] = OrderedDict()
-        self._pinned = 0
+        self._blocks: dict[int, _Entry] = {}
+        # The blocks no lease holds, least recently released (or stored) first: the eviction order.
+        self._unpinned: OrderedDict[int, None] = OrderedDict()
 
     @property
     def block_size(self) -> int:
@@ -79,40 +84,54 @@ class PrefixCache:
 
     @property
     def pinned_blocks(self) -> int:
-        return self._pinned
+        return len(self._blocks) - len(self._unpinned)
 
-    def block_hashes(self, token_ids: Sequence[int]) -> list[int]:
-        """Hashes of the full blocks of ``token_ids``; a trailing partial block has none."""
+    def block_hashes(self, token_ids: Sequence[int], *, start_block: int = 0, parent: int | None = None) -> list[int]:
+        """Hashes of the full blocks of ``token_ids``; a trailing partial block has none.
+
+        From block ``start_block`` on, whose parent's hash is ``parent`` (a chain already hashed up to there).
+        """
         hashes: list[int] = []
-        parent: int | None = None
         size = self._block_size
-        for start in range(0, len(token_ids) - size + 1, size):
+        for start in range(start_block * size, len(token_ids) - size + 1, size):
             parent = chain_hash(parent, token_ids[start : start + size])
             hashes.append(parent)
         return hashes
 
-    def cached_prefix_tokens(self, token_ids: Sequence[int]) -> int:
-        """The tokens ``admit`` would serve from cache right now, without touching anything."""
-        return self._match(token_ids, self.block_hashes(token_ids)) * self._block_size
+    def cached_prefix_tokens(self, token_ids: Sequence[int], hashes: Sequence[int] | None = None) -> int:
+        """The tokens ``admit`` would serve from cache right now, without touching anything.
 
-    def admit(self, token_ids: Sequence[int]) -> Admission:
+        ``hashes``: ``block_hashes(token_ids)`` when the caller keeps them (they never change).
+        """
+        if hashes is None:
+            hashes = self.block_hashes(token_ids)
+        return self._match(token_ids, hashes) * self._block_size
+
+    def admit(self, token_ids: Sequence[int], hashes: Sequence[int] | None = None) -> Admission:
         """Serve the longest cached prefix of a prompt, then cache the prompt's other full blocks.
 
         At most ``len(token_ids) - 1`` tokens count as cached (in whole blocks): the engine must compute the
-        last prompt token to sample the first output token, as vLLM does.
+        last prompt token to sample the first output token, as vLLM does. ``hashes`` as for
+        ``cached_prefix_tokens``.
         """
-        hashes = self.block_hashes(token_ids)
+        if hashes is None:
+            hashes = self.block_hashes(token_ids)
         matched = self._match(token_ids, hashes)
         lease = Lease()
         for block_hash in hashes[:matched]:
             self._pin(block_hash)
             lease.pinned.append(block_hash)
-        events = self._store(lease, token_ids, hashes)
+        events = self._store(lease, token_ids, hashes, 0)
         return Admission(matched * self._block_size, lease, events)
 
     def extend(self, lease: Lease, token_ids: Sequence[int]) -> tuple[KvEvent, ...]:
-        """Cache the full blocks of ``token_ids`` (the leased prefix and what followed) not yet cached."""
-        return self._store(lease, token_ids, self.block_hashes(token_ids))
+        """Cache the full blocks of ``token_ids`` (the leased prefix and what followed) not yet cached.
+
+        Only the blocks past the lease are hashed: the lease holds the chain up to there.
+        """
+        held = len(lease.pinned)
+        parent = lease.pinned[-1] if lease.pinned else None
+        return self._store(lease, token_ids, self.block_hashes(token_ids, start_block=held, parent=parent), held)
 
     def release(self, lease: Lease) -> None:
         """Unpin a lease's blocks; they stay cached until evicted, tail first."""
@@ -122,8 +141,7 @@ class PrefixCache:
                 continue
             entry.refs -= 1
             if entry.refs == 0:
-                self._pinned -= 1
-            self._blocks.move_to_end(block_hash)
+                self._unpinned[block_hash] = None  # most recent: a chain's root after its tail
         lease.pinned.clear()
 
     def clear(self) -> tuple[KvEvent, ...]:
@@ -132,9 +150,10 @@ class PrefixCache:
         Raises:
             CacheBusyError: some block is pinned by a running request.
         """
-        if self._pinned:
-            raise CacheBusyError(f"{self._pinned} blocks are held by running requests")
+        if self.pinned_blocks:
+            raise CacheBusyError(f"{self.pinned_blocks} blocks are held by running requests")
         self._blocks.clear()
+        self._unpinned.clear()
         return (CacheCleared(),)
 
     def live_blocks(self) -> list[BlocksStored]:
@@ -145,7 +164,7 @@ class PrefixCache:
             for block_hash, entry in ordered
         ]
 
-    def _match(self, token_ids: Sequence[int], hashes: list[int]) -> int:
+    def _match(self, token_ids: Sequence[int], hashes: Sequence[int]) -> int:
         limit = max(0, len(token_ids) - 1) // self._block_size
         matched = 0
         for block_hash in hashes[:limit]:
@@ -157,25 +176,28 @@ class PrefixCache:
     def _pin(self, block_hash: int) -> None:
         entry = self._blocks[block_hash]
         if entry.refs == 0:
-            self._pinned += 1
+            self._unpinned.pop(block_hash, None)
         entry.refs += 1
 
     def _evict_one(self) -> int | None:
-        for block_hash, entry in self._blocks.items():
-            if entry.refs == 0:
-                del self._blocks[block_hash]
-                return block_hash
-        return None
+        """Drop the least recently used unpinned block; None when every block is pinned."""
+        if not self._unpinned:
+            return None
+        block_hash, _ = self._unpinned.popitem(last=False)
+        del self._blocks[block_hash]
+        return block_hash
 
-    def _store(self, lease: Lease, token_ids: Sequence[int], hashes: list[int]) -> tuple[KvEvent, ...]:
+    def _store(self, lease: Lease, token_ids: Sequence[int], hashes: Sequence[int], first: int) -> tuple[KvEvent, ...]:
+        """Pin (and cache if new) the blocks from position ``len(lease.pinned)`` on; ``hashes[0]`` is the hash
+        of block ``first``."""
         removed: list[int] = []
         stored_runs: list[BlocksStored] = []
         run: list[StoredBlock] = []
         run_parent: int | None = None
         parent = lease.pinned[-1] if lease.pinned else None
         size = self._block_size
-        for position in range(len(lease.pinned), len(hashes)):
-            block_hash = hashes[position]
+        for position in range(len(lease.pinned), first + len(hashes)):
+            block_hash = hashes[position - first]
             if block_hash in self._blocks:
                 # Already cached (another request stored it): the run of new blocks is broken here.
                 if run:

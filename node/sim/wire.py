@@ -14,14 +14,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2
+from smg_grpc_proto.generated import vllm_engine_pb2
 
 from node.sim.engine import GenerateSpec, LoadSnapshot, SequenceOutput, ServerSnapshot
 from node.sim.errors import InvalidRequestError
-from node.sim.kv_events import BlocksRemoved, BlocksStored, CacheCleared, KvBatch, KvEvent
+from node.sim.kv_events import KvBatch
 from node.sim.logprobs import TokenLogprobs
 from node.sim.model_folder import ModelFolder
 from node.sim.token_generator import SamplingSpec
+from node.workers.kv_convert import batch_message
 
 SERVER_TYPE = "vllm-grpc"
 ENGINE_VERSION = "smg-node-sim"
@@ -190,32 +191,6 @@ def loads_response(load: LoadSnapshot, now: datetime | None = None) -> Any:
 
 
 def kv_batch_message(batch: KvBatch) -> Any:
-    message = common_pb2.KvEventBatch(sequence_number=batch.sequence_number, timestamp=batch.timestamp)
-    for numbered in batch.events:
-        message.events.append(_kv_event_message(numbered.event_id, numbered.event))
-    if batch.snapshot is not None:
-        message.snapshot.CopyFrom(
-            common_pb2.KvSnapshotChunk(
-                index=batch.snapshot.index, count=batch.snapshot.count, blocks=batch.snapshot.blocks
-            )
-        )
-    return message
-
-
-def _kv_event_message(event_id: int, event: KvEvent) -> Any:
-    if isinstance(event, BlocksStored):
-        stored = common_pb2.KvBlocksStored(
-            blocks=[
-                common_pb2.KvBlock(block_hash=b.block_hash, token_ids=b.token_ids, block_size=event.block_size)
-                for b in event.blocks
-            ]
-        )
-        if event.parent_block_hash is not None:
-            stored.parent_block_hash = event.parent_block_hash
-        return common_pb2.KvCacheEvent(event_id=event_id, stored=stored)
-    if isinstance(event, BlocksRemoved):
-        return common_pb2.KvCacheEvent(
-            event_id=event_id, removed=common_pb2.KvBlocksRemoved(block_hashes=event.block_hashes)
-        )
-    assert isinstance(event, CacheCleared)
-    return common_pb2.KvCacheEvent(event_id=event_id, cleared=common_pb2.KvCacheCleared())
+    return batch_message(
+        batch.sequence_number, batch.timestamp, ((n.event_id, n.event) for n in batch.events), batch.snapshot
+    )

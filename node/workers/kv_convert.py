@@ -1,12 +1,18 @@
-"""Protobuf KvEventBatch / load records -> the routing layer's typed values (see node/routing/kv_events.py).
+"""Protobuf KvEventBatch / load records <-> the routing layer's typed values (see node/routing/kv_events.py).
 
-Pure functions over the untyped protobuf messages; ``Any`` stops here.
+Both directions of the KV-event wire live here: the gateway's subscriber reads batches with
+``convert_batch``, the simulated engine (node/sim) writes them with ``batch_message``, so the two cannot drift
+apart (a round-trip test holds them together). Pure functions over the untyped protobuf messages; ``Any``
+stops here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from smg_grpc_proto.generated import common_pb2
 
 from node.routing.kv_events import (
     BlocksRemoved,
@@ -107,3 +113,43 @@ def convert_get_loads(resp: Any) -> EngineLoad:
         token_usage=sum(x.token_usage for x in loads) / n,
         gen_throughput=sum(x.gen_throughput for x in loads),
     )
+
+
+def event_message(event_id: int, event: KvEvent) -> Any:
+    """The ``KvCacheEvent`` of a typed event: device-local, full attention, no LoRA (what convert_event keeps)."""
+    if isinstance(event, BlocksStored):
+        stored = common_pb2.KvBlocksStored(
+            blocks=[
+                common_pb2.KvBlock(block_hash=b.block_hash, token_ids=b.token_ids, block_size=event.block_size)
+                for b in event.blocks
+            ]
+        )
+        if event.parent_block_hash is not None:
+            stored.parent_block_hash = event.parent_block_hash
+        return common_pb2.KvCacheEvent(event_id=event_id, stored=stored)
+    if isinstance(event, BlocksRemoved):
+        return common_pb2.KvCacheEvent(
+            event_id=event_id, removed=common_pb2.KvBlocksRemoved(block_hashes=event.block_hashes)
+        )
+    return common_pb2.KvCacheEvent(event_id=event_id, cleared=common_pb2.KvCacheCleared())
+
+
+def batch_message(
+    sequence_number: int,
+    timestamp: float,
+    events: Iterable[tuple[int, KvEvent]],
+    snapshot: SnapshotChunk | None = None,
+) -> Any:
+    """The ``KvEventBatch`` of numbered typed events (``(event_id, event)``), with its snapshot chunk."""
+    message = common_pb2.KvEventBatch(sequence_number=sequence_number, timestamp=timestamp)
+    message.events.extend(event_message(event_id, event) for event_id, event in events)
+    if snapshot is not None:
+        message.snapshot.CopyFrom(
+            common_pb2.KvSnapshotChunk(
+                index=snapshot.index,
+                count=snapshot.count,
+                blocks=snapshot.blocks,
+                unknown_before=snapshot.unknown_before,
+            )
+        )
+    return message

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from node.app import RunningNode, run_node
-from node.cluster import ClusterConfig
+from node.cluster.config import ClusterConfig
 from node.config import NodeConfig
 from node.routing.config import RoutingConfig
 from node.sim.worker import SimWorker

@@ -1,5 +1,5 @@
 """A node that joins the mesh after the conversations began still routes their next turns to the workers holding
-their prefixes: the join push-pull hands it the recent routing hints (node/hint_snapshot.py), which best-effort
+their prefixes: the join push-pull hands it the recent routing hints (node/cluster/hint_snapshot.py), which best-effort
 gossip never repeats."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from node.app import run_node
-from node.cluster import ClusterConfig
+from node.cluster.config import ClusterConfig
 from node.sim.worker import SimWorker
 from tests.http.conftest import fast_sim, node_config
 

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 
 from node.app import run_node
+from node.cluster.registry import worker_id
 from node.config import ModelConfig
 from node.sim.worker import SimWorker
-from node.workers.registry import worker_id
 from tests.http.conftest import fast_sim, node_config
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from mesh.config import MeshConfig
-from mesh.state_config import StateConfig
-from mesh.state_sim import StateSim
+from mesh.state.config import StateConfig
+from mesh.state.sim import StateSim
 
 N = 5
 LIMIT = 200

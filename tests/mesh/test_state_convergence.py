@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mesh.state_config import StateConfig
-from mesh.state_types import Json
+from mesh.state.config import StateConfig
+from mesh.state.values import Json
 from tests.mesh.test_state_helpers import Bench
 
 NAMES = ("n0", "n1", "n2", "n3", "n4")

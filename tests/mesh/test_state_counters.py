@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mesh.state import ClusterState
-from mesh.state_config import COUNTER_TABLE, StateConfig
-from mesh.state_types import StateLimitError
+from mesh.state.config import COUNTER_TABLE, StateConfig
+from mesh.state.values import StateLimitError
 from tests.mesh.test_state_helpers import Bench
 
 

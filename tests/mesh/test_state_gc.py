@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from mesh.state_config import StateConfig
-from mesh.state_types import Change
+from mesh.state.config import StateConfig
+from mesh.state.values import Change
 from tests.mesh.test_state_helpers import Bench
 
 FAST = StateConfig(dead_gc_delay_s=3.0, housekeeping_interval_s=0.5, tombstone_ttl_s=30.0)

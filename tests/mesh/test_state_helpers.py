@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterable, Mapping
 
 from mesh.state import ClusterState
-from mesh.state_config import StateConfig
+from mesh.state.config import StateConfig
 
 #: What the mesh's outbox passes: a compound part header (2) + the USER message header (3).
 OVERHEAD = 5

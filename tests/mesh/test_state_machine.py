@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mesh.state_config import StateConfig
+from mesh.state.config import StateConfig
 from tests.mesh.test_state_helpers import Bench
 
 NAMES = ("a", "b", "c", "d")

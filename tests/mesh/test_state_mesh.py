@@ -11,10 +11,10 @@ from contextlib import AsyncExitStack
 from mesh import Mesh, MeshConfig
 from mesh.sim import Link
 from mesh.state import ClusterState
-from mesh.state_config import StateConfig
-from mesh.state_runner import run_state
-from mesh.state_sim import StateSim
-from mesh.state_types import Change
+from mesh.state.config import StateConfig
+from mesh.state.runner import run_state
+from mesh.state.sim import StateSim
+from mesh.state.values import Change
 
 LAN = MeshConfig.lan()
 

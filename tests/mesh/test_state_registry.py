@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mesh.state import ClusterState
-from mesh.state_config import StateConfig
-from mesh.state_hlc import Hlc, HybridClock
-from mesh.state_registry import Slot, parse_slot
-from mesh.state_types import Change
+from mesh.state.config import StateConfig
+from mesh.state.hlc import Hlc, HybridClock
+from mesh.state.registry import Slot, parse_slot
+from mesh.state.values import Change
 from tests.mesh.test_state_helpers import Bench
 
 FAST_GC = StateConfig(dead_gc_delay_s=5.0, housekeeping_interval_s=1.0, tombstone_ttl_s=60.0)

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mesh.state import ClusterState
-from mesh.state_config import STATE_WIRE_VERSION, StateConfig
-from mesh.state_gossip import DeltaQueue
-from mesh.state_wire import (
+from mesh.state.config import STATE_WIRE_VERSION, StateConfig
+from mesh.state.gossip import DeltaQueue
+from mesh.state.wire import (
     Delta,
     DocState,
     Generation,

@@ -7,9 +7,10 @@ from typing import cast
 
 import pytest
 
+from node.config import TokenizerCacheConfig
 from node.pipeline import cpu
 from node.pipeline.cpu import CpuPool
-from node.pipeline.token_cache import EncodeJob, TokenizerCacheConfig
+from node.pipeline.token_cache import EncodeJob
 from node.pipeline.tokenizer import Tokenizer
 
 

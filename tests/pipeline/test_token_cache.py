@@ -14,12 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.config import TokenizerCacheConfig
 from node.pipeline.encode_rules import Affixes, read_added_tokens, segmentation_hazard
 from node.pipeline.model import load_model_folder
 from node.pipeline.probe_corpus import probe_texts
 from node.pipeline.special_tokens import AddedTokenMatcher
 from node.pipeline.template import ChatTemplate
-from node.pipeline.token_cache import TokenCache, TokenCacheStats, TokenizerCacheConfig
+from node.pipeline.token_cache import TokenCache, TokenCacheStats
 from node.pipeline.tokenizer import Tokenizer
 from tests.pipeline import _crafted_tokenizers as crafted
 from tests.pipeline._texts import adversarial_text

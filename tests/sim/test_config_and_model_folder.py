@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from node.pipeline.model import load_model_folder as load_gateway_folder
 from node.sim import SimModel, SimWorkerConfig
 from node.sim.__main__ import parse_config
 from node.sim.errors import ModelFolderError
@@ -106,3 +107,28 @@ def test_vocabulary_drops_fragments_keeps_inflected_words() -> None:
     assert (vocabulary.comma, vocabulary.period) == (5, 6)
     with pytest.raises(ValueError):
         vocabulary_from_pieces(["x", "y"])
+
+
+def test_the_sim_and_the_gateway_read_a_folder_alike(sim_model: SimModel, model_dir: Path) -> None:
+    """One reader of model folders (node/pipeline/model.py): the facts both report agree."""
+    gateway = load_gateway_folder(model_dir)
+    sim = sim_model.folder
+    assert (sim.model_type, sim.architectures) == (gateway.model_type, gateway.architectures)
+    assert (sim.max_context_length, sim.bos_token_id) == (gateway.max_context_length, gateway.bos_token_id)
+    assert set(sim.stop_eos_token_ids) == set(gateway.eos_token_ids)
+
+
+@pytest.mark.parametrize(
+    ("file", "text"),
+    [
+        ("config.json", '{"architectures": "LlamaForCausalLM"}'),
+        ("config.json", '{"max_position_embeddings": "long"}'),
+        ("generation_config.json", '{"eos_token_id": ["end"]}'),
+        ("tokenizer_config.json", '{"eos_token": 7}'),
+    ],
+)
+def test_a_malformed_field_names_its_file(tmp_path: Path, model_dir: Path, file: str, text: str) -> None:
+    (tmp_path / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
+    (tmp_path / file).write_text(text)
+    with pytest.raises(ModelFolderError, match=file):
+        load_model_folder(str(tmp_path))

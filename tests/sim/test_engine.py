@@ -10,10 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from node.routing.kv_events import BlocksStored, CacheCleared
 from node.sim import SimModel, SimWorkerConfig
 from node.sim.engine import GenerateSpec, SequenceOutput, SimEngine
 from node.sim.errors import EngineClosedError, InvalidRequestError
-from node.sim.kv_events import BlocksStored, CacheCleared, KvBatch
+from node.sim.kv_events import KvBatch
 from node.sim.token_generator import SamplingSpec
 
 PROMPT = tuple(range(1000, 1040))  # 40 tokens: two full blocks of 16 and a partial one

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from node.sim.kv_events import (
-    MAX_SNAPSHOT_CHUNKS,
-    BlocksRemoved,
-    BlocksStored,
-    CacheCleared,
-    KvEventLog,
-    StoredBlock,
-)
+from node.routing.kv_events import BlocksRemoved, BlocksStored, CacheCleared, StoredBlock
+from node.sim.kv_events import MAX_SNAPSHOT_CHUNKS, KvEventLog
 
 LIVE = [
     BlocksStored((StoredBlock(11, (1, 2)),), None, 2),

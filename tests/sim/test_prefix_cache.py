@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.sim.kv_events import BlocksRemoved, BlocksStored, CacheCleared, StoredBlock
+from node.routing.kv_events import BlocksRemoved, BlocksStored, CacheCleared, StoredBlock
 from node.sim.prefix_cache import CacheBusyError, PrefixCache, chain_hash
 
 BS = 4

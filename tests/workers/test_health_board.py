@@ -4,8 +4,8 @@ reach is."""
 from __future__ import annotations
 
 from mesh.state import ClusterState
-from node.cluster_state import state_config
-from node.workers.health import HealthBoard
+from node.cluster.health import HealthBoard
+from node.cluster.state import state_config
 
 
 def boards(*names: str) -> tuple[list[ClusterState], list[HealthBoard]]:

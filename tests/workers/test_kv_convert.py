@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from smg_grpc_proto.generated import common_pb2 as c
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 
-from node.routing.kv_events import BlocksRemoved, BlocksStored, CacheCleared, SnapshotChunk, StoredBlock
+from node.routing.kv_events import BlocksRemoved, BlocksStored, CacheCleared, KvEventBatch, SnapshotChunk, StoredBlock
 from node.workers.kv_convert import (
     EngineLoad,
+    batch_message,
     convert_batch,
     convert_event,
     convert_get_loads,
@@ -138,3 +141,34 @@ def test_get_loads_sums_the_ranks_and_averages_the_usage() -> None:
     assert (load.running, load.waiting, load.waiting_uncached_tokens) == (6, 1, 150)
     assert load.token_usage == pytest.approx(0.4) and load.gen_throughput == 1200.0
     assert convert_get_loads(pb.GetLoadsResponse()) == EngineLoad(0, 0, 0, 0.0, 0.0)
+
+
+_i64 = st.integers(-(2**63), 2**63 - 1)
+_stored = st.builds(
+    BlocksStored,
+    blocks=st.lists(
+        st.builds(StoredBlock, _i64, st.tuples(*[st.integers(0, 2**32 - 1)] * 4)), min_size=1, max_size=4
+    ).map(tuple),
+    parent_block_hash=st.none() | _i64,
+    block_size=st.just(4),
+)
+_event = _stored | st.builds(BlocksRemoved, st.lists(_i64, max_size=4).map(tuple)) | st.just(CacheCleared())
+_snapshot = st.none() | st.builds(
+    SnapshotChunk, st.integers(0, 99), st.integers(1, 100), st.integers(0, 10**6), st.integers(0, 10**6)
+)
+
+
+@given(
+    sequence=st.integers(1, 2**62),
+    events=st.lists(st.tuples(st.integers(0, 2**62), _event), max_size=6),
+    snapshot=_snapshot,
+)
+def test_what_the_simulated_engine_writes_the_gateway_reads_back_unchanged(
+    sequence: int,
+    events: list[tuple[int, BlocksStored | BlocksRemoved | CacheCleared]],
+    snapshot: SnapshotChunk | None,
+) -> None:
+    """One module holds both directions of the KV-event wire: batch_message (node/sim) and convert_batch."""
+    wire = c.KvEventBatch.FromString(batch_message(sequence, 1.5, events, snapshot).SerializeToString())
+    assert convert_batch(wire) == KvEventBatch(sequence, tuple(event for _, event in events), snapshot)
+    assert [e.event_id for e in wire.events] == [event_id for event_id, _ in events]
