@@ -179,6 +179,8 @@ class Cluster:
         started = time.monotonic()
         self.compose("build", "lb", "redis", timeout_s=BUILD_TIMEOUT_S)
         self.timings["lb and redis images"] = time.monotonic() - started
+        size = self.run(["docker", "image", "inspect", "-f", "{{.Size}}", "smg-node:local"]).strip()
+        self.timings["smg-node image MB"] = int(size) / 1e6
 
     def containers(self, service: str) -> list[str]:
         out = self.run(
