@@ -1,10 +1,10 @@
 """The composition root: builds storage -> mesh -> cluster state -> workers -> model -> HTTP on one AsyncExitStack
 and unwinds in reverse.
 
-Shutdown order (reverse of construction), the drain of node/drain.py first: readiness 503, leave the mesh, stop
-accepting HTTP and let in-flight requests and streams finish (bounded by ``drain_timeout_s``), then cancel and
-await background tasks (health checks, Aborts), then close worker channels and the CPU pool, and last close the
-history stores (so in-flight responses can still be stored).
+Shutdown order (reverse of construction), the drain of node/drain.py first: readiness 503, start leaving the
+mesh and stop accepting HTTP, let in-flight requests and streams finish (bounded by ``drain_timeout_s``), then
+cancel and await background tasks (health checks, Aborts), then close worker channels and the CPU pool, await
+the mesh leave, and last close the history stores (so in-flight responses can still be stored).
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from aiohttp import web
-
 from mesh import Mesh
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
-from node.config import NodeConfig
+from node.config import HttpConfig, NodeConfig
 from node.drain import Drain
+from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
@@ -58,9 +57,23 @@ class RunningNode:
     mesh: Mesh | None = None
 
 
-def _bound_port(runner: web.AppRunner) -> int:
-    # With port 0 the OS picks the port; the runner knows the bound socket names.
-    return int(runner.addresses[0][1])
+#: Connections the kernel queues before we accept them (a burst of clients connecting at once).
+LISTEN_BACKLOG = 1024
+
+
+def _connection_limits(http: HttpConfig) -> ConnectionLimits:
+    cap = http.max_connections or default_max_connections()
+    room = fd_room()
+    if room is not None and cap > room:
+        log.warning("--max-connections %d is more than the open-file limit leaves room for (%d)", cap, room)
+    log.info("accepting at most %d client connections", cap)
+    return ConnectionLimits(
+        max_connections=cap,
+        idle_timeout_s=http.idle_timeout_s,
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        write_timeout_s=http.write_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -77,6 +90,8 @@ async def run_node(
             channels = mesh_delegate()
             bind_http = f"{config.http.host}:{config.http.port}"
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
+        drain = Drain()
+        stack.push_async_callback(drain.left)  # unwound just before run_mesh stops the member
         routing = config.routing
         roles = ("regular", "prefill", "decode")
         by_model = routing.policies_by_model()
@@ -164,7 +179,6 @@ async def run_node(
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
         lag_monitor.export(metrics.registry)
-        drain = Drain()
         app = build_app(
             models=models,
             pool=pool,
@@ -180,30 +194,38 @@ async def run_node(
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
+        app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024, reuse_port=config.http.reuse_port)
-        await site.start()
-        port = _bound_port(runner)
+        listener = await listen(
+            runner,
+            gate,
+            host=config.http.host,
+            port=config.http.port,
+            backlog=LISTEN_BACKLOG,
+            reuse_port=config.http.reuse_port,
+        )
+        stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
+        port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
-        # Unwound first, before runner.cleanup closes the listener and waits for what is in flight.
-        stack.push_async_callback(_start_drain, drain, mesh, config.http.drain_timeout_s)
+        # Unwound first: readiness 503 and the mesh leave start before the listener closes.
+        stack.callback(_start_drain, drain, mesh, config.http.drain_timeout_s)
         log.info(
             "serving %s on %s with %d worker(s)", ", ".join(repr(m.name) for m in models), node.url, len(pool.workers)
         )
         yield node
 
 
-async def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
-    drain.start()
-    if mesh is not None:
-        await leave_mesh(mesh)
+def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
+    drain.start(leave=functools.partial(leave_mesh, mesh) if mesh is not None else None)
     log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
 
 
