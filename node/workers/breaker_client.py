@@ -87,17 +87,20 @@ class BreakerClient:
                 try:
                     batch = await anext(stream)
                 except StopAsyncIteration:
+                    if watch is not None:
+                        watch.stopped_waiting()
                     break
                 except asyncio.CancelledError:
                     timeout = watch.timeout() if watch is not None else None
                     if timeout is not None:
                         raise timeout from None
                     raise
-                finally:
+                except BaseException:
                     if watch is not None:
                         watch.stopped_waiting()
+                    raise
                 if watch is not None:
-                    watch.arrived()
+                    watch.arrived()  # also ends the wait
                 answered = True
                 for out in batch:
                     if out.finish_reason is not None and 0 <= out.index < n:

@@ -220,6 +220,7 @@ class Watchdog:
         self._cancelling = waiter.cancelling() if waiter is not None else 0
 
     def arrived(self) -> None:
+        """A message came: the wait is over, the deadlines move on."""
         self._waiter = None
         self._state.on_message(self._loop.time())
 
@@ -255,6 +256,7 @@ async def bounded(
             try:
                 item = await anext(stream)
             except StopAsyncIteration:
+                watch.stopped_waiting()
                 return
             except asyncio.CancelledError:
                 timeout = watch.timeout()
