@@ -79,7 +79,8 @@ class ChatCompletions(common.GenerationApi):
             raise InvalidRequest(
                 "This model has no chat template; use /v1/completions or start the node with --chat-template."
             )
-        tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
+        # tool_choice "none": the model is not told about the tools at all, so it cannot call one.
+        tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools and req.tool_choice != "none" else None
         try:
             text = template.render(
                 messages,
@@ -117,6 +118,8 @@ class ChatCompletions(common.GenerationApi):
                 param="continue_final_message",
             )
         stops = common.stop_strings(req)
+        tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
+        constrained = common.output_constraint(req, tools=tools, tool_choice=req.tool_choice)
         messages = template_messages(req.messages)
         size = sum(len(m["content"] or "") for m in messages)
         prompt_ids = await self._cpu.render_and_encode(size, lambda: self._render(req, messages), model.tokenizer)
@@ -127,7 +130,13 @@ class ChatCompletions(common.GenerationApi):
             requested, len(prompt_ids), model, param=param, prompt_param="messages", cap=cap
         )
         top_n = req.top_logprobs or 0
-        params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None)
+        params = common.sampling_params(
+            req,
+            model,
+            max_tokens=max_tokens,
+            logprobs=top_n if req.logprobs else None,
+            constraint=constrained.constraint if constrained is not None else None,
+        )
         rid = common.new_id("chatcmpl")
         spec = GenerateSpec(
             model=self._model.name,

@@ -11,6 +11,8 @@ from typing import Any, Self
 from node.config import RequestLimits
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from node.http.openai_types import SamplingFields
+from node.pipeline import constraints
+from node.pipeline.constraints import Constraint, OutputConstraint
 from node.pipeline.cpu import CpuPool
 from node.pipeline.generate import TokenLogprob, Usage
 from node.pipeline.served_model import ServedModel
@@ -91,8 +93,32 @@ def resolve_max_tokens(
     return budget
 
 
+def output_constraint(
+    req: SamplingFields,
+    *,
+    tools: Sequence[Any] | None = None,
+    tool_choice: object = None,
+    text_format: object = None,
+) -> OutputConstraint | None:
+    """The structured-output constraint the request sets (node.pipeline.constraints); raises InvalidRequest."""
+    legacy = {name: getattr(req, name) for name in constraints.LEGACY_FIELDS}
+    return constraints.resolve(
+        response_format=req.response_format,
+        text_format=text_format,
+        structured_outputs=req.structured_outputs,
+        legacy=legacy,
+        tools=tools,
+        tool_choice=tool_choice,
+    )
+
+
 def sampling_params(
-    req: SamplingFields, model: ServedModel, *, max_tokens: int, logprobs: int | None
+    req: SamplingFields,
+    model: ServedModel,
+    *,
+    max_tokens: int,
+    logprobs: int | None,
+    constraint: Constraint | None = None,
 ) -> SamplingParams:
     """The engine's sampling parameters: the request's values, else the model's generation_config defaults."""
     d = model.sampling_defaults
@@ -117,6 +143,7 @@ def sampling_params(
         ignore_eos=req.ignore_eos,
         logprobs=logprobs,
         skip_special_tokens=req.skip_special_tokens,
+        constraint=constraint,
     )
 
 

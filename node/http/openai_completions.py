@@ -108,6 +108,7 @@ class Completions(common.GenerationApi):
         if req.logprobs is not None and req.logprobs < 0:  # upper bound: RequestLimits.max_top_logprobs
             raise InvalidRequest("'logprobs' must be >= 0.", param="logprobs")
         stops = common.stop_strings(req)
+        constrained = common.output_constraint(req)
         prompts = [
             _Prompt(ids=await self._cpu.encode(model.tokenizer, p, add_special_tokens=True), text=p)
             if isinstance(p, str)
@@ -121,7 +122,13 @@ class Completions(common.GenerationApi):
             max_tokens = common.resolve_max_tokens(
                 req.max_tokens, len(prompt.ids), model, param="max_tokens", prompt_param="prompt", cap=cap
             )
-            params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=req.logprobs)
+            params = common.sampling_params(
+                req,
+                model,
+                max_tokens=max_tokens,
+                logprobs=req.logprobs,
+                constraint=constrained.constraint if constrained is not None else None,
+            )
             spec = GenerateSpec(
                 model=self._model.name,
                 request_id=rid if len(prompts) == 1 else f"{rid}-{k}",

@@ -96,7 +96,8 @@ class _Turn:
             "top_p": self.top_p,
             "tool_choice": req.tool_choice,
             "tools": self.tools,
-            "text": {"format": {"type": "text"}},
+            # Echoed as sent (node.pipeline.constraints validated it), the default when absent.
+            "text": req.text if isinstance(req.text, dict) and req.text.get("format") else {"format": {"type": "text"}},
             "truncation": "disabled",
             "usage": usage_object(usage) if usage is not None else None,
             "user": req.user,
@@ -192,6 +193,7 @@ class Responses(common.GenerationApi):
         tenant = tenant_of(request, self._tenancy)
         inputs = items.normalize_input(raw_input, mint_id)
         tools = items.normalize_tools(req.tools)
+        constrained = common.output_constraint(req, tools=tools, tool_choice=req.tool_choice, text_format=req.text)
         conv = req.conversation_id
         if not req.store and conv is not None and len(inputs) + 1 > MAX_ITEMS_PER_ADD:
             raise InvalidRequest(
@@ -218,7 +220,13 @@ class Responses(common.GenerationApi):
             prompt_param="input",
             cap=self._limits.output_cap(1, logprobs=False),
         )
-        params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=None)
+        params = common.sampling_params(
+            req,
+            model,
+            max_tokens=max_tokens,
+            logprobs=None,
+            constraint=constrained.constraint if constrained is not None else None,
+        )
         turn = _Turn(
             id=mint_id("resp"),
             created_at=common.now_s(),

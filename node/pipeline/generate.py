@@ -21,7 +21,7 @@ from node.pipeline.stops import StopMatcher, StopSet
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.policy import RouteRequest
 from node.workers.breaker_client import blame
-from node.workers.client import worker_batches
+from node.workers.client import WorkerRejected, worker_batches
 from node.workers.pool import Worker, WorkerPool
 from node.workers.types import SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
 
@@ -165,7 +165,7 @@ class Generation:
                 try:
                     kv_transfer = await self._prefill_on(prefill)
                 except WorkerFailed as exc:
-                    if attempt == MAX_CONNECT_ATTEMPTS:
+                    if attempt == MAX_CONNECT_ATTEMPTS or isinstance(exc, WorkerRejected):
                         raise
                     self._pool.report_failure(prefill, exc)
                     continue
@@ -182,7 +182,9 @@ class Generation:
                         yield batch
                 return
             except WorkerFailed as exc:
-                if received or attempt == MAX_CONNECT_ATTEMPTS:
+                # A request the worker refused as bad (a grammar it cannot compile) is the client's error: every
+                # worker would refuse it, and this one stays in rotation.
+                if received or attempt == MAX_CONNECT_ATTEMPTS or isinstance(exc, WorkerRejected):
                     raise
                 self._pool.report_failure(worker, exc)
                 log.info("request %s: retrying on another worker: %s", self._spec.request_id, exc.message)

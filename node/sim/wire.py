@@ -16,6 +16,9 @@ from typing import Any
 
 from smg_grpc_proto.generated import vllm_engine_pb2
 
+from node.errors import InvalidRequest
+from node.pipeline import constraints
+from node.pipeline.constraints import Constraint
 from node.sim.engine import GenerateSpec, LoadSnapshot, SequenceOutput, ServerSnapshot
 from node.sim.errors import InvalidRequestError
 from node.sim.kv_events import KvBatch
@@ -64,8 +67,39 @@ def generate_spec(request: Any, max_context_length: int) -> GenerateSpec:
     )
 
 
+def constraint_of(params: Any) -> Constraint | None:
+    """The structured-output constraint of SamplingParams, checked as an engine compiling it would.
+
+    Raises:
+        InvalidRequestError: a json_schema that is not a JSON schema, a regex a decoder cannot apply, an empty
+            choice list or grammar.
+    """
+    kind = params.WhichOneof("constraint")
+    if kind is None:
+        return None
+    try:
+        if kind == "choice":
+            return constraints.from_structured_outputs({"choice": list(params.choice.choices)}, "choice")
+        if kind == "json_object":
+            return Constraint("json_object") if params.json_object else None
+        text = str(getattr(params, kind))
+        if kind == "json_schema":
+            return constraints.from_structured_outputs({"json": text}, kind)
+        if kind == "regex":
+            return Constraint("regex", constraints.check_regex(text, kind))
+        if kind == "grammar":
+            return constraints.from_structured_outputs({"grammar": text}, kind)
+        return Constraint("structural_tag", text)
+    except InvalidRequest as exc:
+        raise InvalidRequestError(f"invalid {kind} constraint: {exc.message}") from exc
+
+
 def sampling_spec(params: Any) -> SamplingSpec:
-    """The sampling parameters the engine acts on, with vLLM's defaults for unset fields."""
+    """The sampling parameters the engine acts on, with vLLM's defaults for unset fields.
+
+    Raises:
+        InvalidRequestError: the constraint cannot be applied (``constraint_of``).
+    """
     temperature = float(params.temperature) if params.HasField("temperature") else 1.0
     return SamplingSpec(
         max_tokens=int(params.max_tokens) if params.HasField("max_tokens") else None,
@@ -83,6 +117,7 @@ def sampling_spec(params: Any) -> SamplingSpec:
             float(params.presence_penalty),
             float(params.repetition_penalty) or 1.0,
         ),
+        constraint=constraint_of(params),
     )
 
 

@@ -65,6 +65,14 @@ def _sampling_params(p: SamplingParams) -> Any:
         msg.seed = p.seed
     if p.logprobs is not None:
         msg.logprobs = p.logprobs
+    c = p.constraint
+    if c is not None:
+        if c.kind == "choice":
+            msg.choice.choices.extend(c.choices)
+        elif c.kind == "json_object":
+            msg.json_object = True
+        else:  # json_schema, regex, grammar, structural_tag: the oneof member of the same name
+            setattr(msg, c.kind, c.text)
     return msg
 
 
