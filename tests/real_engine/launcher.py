@@ -66,7 +66,7 @@ MAX_NUM_SEQS = 16
 INSTALL_TIMEOUT_S = 900
 # Readiness: 40-65 s seen on 2 cores; generous for a loaded CI machine.
 START_TIMEOUT_S = 300
-STOP_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 10  # it shuts down slowly under SIGTERM (over 15 s seen): SIGKILL then
 HEALTH_POLL_S = 1.0
 
 _BUILD_MODEL = """
