@@ -13,10 +13,16 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.real_engine import launcher
 from tests.real_engine.conftest import Front
 from tests.sim._schema_check import errors
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.asyncio(loop_scope="module")]
+# The first test also waits for the session's engine: install (once) and start fit in its timeout.
+pytestmark = [
+    pytest.mark.real_engine,
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.timeout(launcher.INSTALL_TIMEOUT_S + launcher.START_TIMEOUT_S),
+]
 
 # Greedy and without generation_config's top_p 0.9 (top-p over 128k ids on one core is the slow part).
 GREEDY: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from tokenizers import Tokenizer
 
 from node.pipeline.constraints import Constraint
@@ -19,10 +20,12 @@ from node.pipeline.parsers.detect import detect_folder
 from node.pipeline.parsers.events import ContentDelta, ReasoningDelta
 from node.pipeline.served_model import load_served_model
 from node.sim.answers import FamilyAnswers, constrained_text, tools_in_text
+from node.sim.errors import InvalidRequestError
 from node.sim.grammar_sample import GrammarUnsupported, sample_grammar
 from node.sim.json_instance import sample_schema
 from node.sim.regex_sample import sample_regex
 from node.sim.token_generator import Prose
+from node.sim.wire import sampling_spec
 from tests.pipeline.parsers._run import calls, run, tools
 from tests.sim._schema_check import errors
 
@@ -211,3 +214,14 @@ def test_tools_block_is_read_per_family_markup() -> None:
     )
     assert [t.name for t in tools_in_text(deepseek, "deepseek_v3")] == ["f"]
     assert tools_in_text("no tools here {", "hermes") == ()
+
+
+def test_the_wire_constraint_is_read_and_checked_as_an_engine_would() -> None:
+    choice = pb.SamplingParams(choice=pb.ChoiceConstraint(choices=["a", "b"]))
+    assert sampling_spec(choice).constraint == Constraint("choice", choices=("a", "b"))
+    assert sampling_spec(pb.SamplingParams(regex="[0-9]+")).constraint == Constraint("regex", "[0-9]+")
+    assert sampling_spec(pb.SamplingParams(json_object=True)).constraint == Constraint("json_object")
+    assert sampling_spec(pb.SamplingParams()).constraint is None
+    for bad in (pb.SamplingParams(json_schema='{"type": "strin"}'), pb.SamplingParams(regex="(a)\\1")):
+        with pytest.raises(InvalidRequestError):
+            sampling_spec(bad)
