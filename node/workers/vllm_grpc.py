@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]  # stubs optional
 from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
