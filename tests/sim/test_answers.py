@@ -3,6 +3,7 @@ calls in the family's exact markup (read back by the gateway's own parsers), rea
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -13,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
-from tokenizers import Tokenizer
 
 from node.pipeline.constraints import Constraint
 from node.pipeline.parsers.detect import detect_folder
@@ -121,10 +121,10 @@ def test_constrained_text_satisfies_each_kind() -> None:
     assert constrained_text(Constraint("structural_tag", "{}"), rng) is None
 
 
+@functools.cache  # loading a 128k-151k vocabulary twice takes seconds: once per folder per session
 def _family(model_dir: Path) -> tuple[FamilyAnswers, Any]:
     served = load_served_model(str(model_dir), served_name="m")
-    raw = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    return FamilyAnswers(raw, detect_folder(model_dir)), served
+    return FamilyAnswers(served.tokenizer.raw, detect_folder(model_dir)), served
 
 
 def _prompt(served: Any, messages: list[dict[str, Any]], **extra: Any) -> list[int]:
