@@ -18,9 +18,10 @@ special tokens, the same detection the gateway runs):
   ``node.sim.grammar_sample`` reads) is the whole answer, with neither reasoning nor markup, as vLLM's guided
   decoding writes it without a reasoning parser; structural tags and other grammars get prose.
 
-Reading a prompt costs one decode (about 1.4 ms per 10k tokens), done only when the cheap gate of the family
-(its tools special token in the ids, or Llama-3's tools header at the start) says tools are there, and only
-for prompts up to ``MAX_SCAN_TOKENS``.
+Reading a prompt costs one decode, done only when the cheap gate of the family (its tools special token in
+the ids, or Llama-3's tools header at the start) says tools are there, and only for prompts up to
+``MAX_SCAN_TOKENS``: a 7.3k-token prompt with tools costs 3-4 ms per answer (decode, tools, arguments,
+encode), one without tools 0.01-0.06 ms (Llama-3 and Qwen folders, 2-core machine).
 """
 
 from __future__ import annotations
