@@ -24,7 +24,8 @@ from node.sim.errors import InvalidRequestError
 from node.sim.grammar_sample import GrammarUnsupported, sample_grammar
 from node.sim.json_instance import sample_schema
 from node.sim.regex_sample import sample_regex
-from node.sim.token_generator import Prose
+from node.sim.token_generator import EosPolicy, Prose, SamplingSpec, TokenStream
+from node.sim.vocabulary import TextVocabulary
 from node.sim.wire import sampling_spec
 from tests.pipeline.parsers._run import calls, run, tools
 from tests.sim._schema_check import errors
@@ -225,3 +226,27 @@ def test_the_wire_constraint_is_read_and_checked_as_an_engine_would() -> None:
     for bad in (pb.SamplingParams(json_schema='{"type": "strin"}'), pb.SamplingParams(regex="(a)\\1")):
         with pytest.raises(InvalidRequestError):
             sampling_spec(bad)
+
+
+def test_a_script_is_written_then_ended_and_max_tokens_cuts_a_prefix() -> None:
+    vocabulary = TextVocabulary(words=tuple(range(100, 110)), function_words=(), capitalized=(), comma=1, period=2)
+    script = ((7, 8), Prose(3), (9,))
+
+    def stream(max_tokens: int) -> tuple[list[int], str | None]:
+        s = TokenStream(
+            vocabulary=vocabulary,
+            eos=EosPolicy(900, (900,)),
+            sampling=SamplingSpec(),
+            prompt_ids=(1, 2),
+            index=0,
+            engine_seed=0,
+            eos_after_tokens=20,
+            max_tokens=max_tokens,
+            script=script,
+        )
+        tokens, finish = s.take(100)
+        return tokens, finish.reason if finish else None
+
+    whole, reason = stream(100)
+    assert reason == "stop" and whole[:2] == [7, 8] and whole[-2:] == [9, 900] and len(whole) == 7
+    assert stream(4) == (whole[:4], "length")
