@@ -24,20 +24,24 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from node.errors import InvalidRequest
-from node.pipeline.regex_ast import RegexUnsupported, parse_regex
+from node.structured.constraint import (
+    MAX_CHOICES,
+    Constraint,
+    ConstraintError,
+    ConstraintKind,
+    ToolSpec,
+    tool_specs,
+)
+from node.structured.constraint import (
+    check_regex as _check_regex,
+)
+from node.structured.constraint import (
+    check_schema as _check_schema,
+)
 
-ConstraintKind = Literal["json_schema", "regex", "grammar", "structural_tag", "json_object", "choice"]
-
-# Nesting of a JSON schema we walk to check it: real schemas nest a few levels; this bounds the recursion a
-# hostile schema could make us (and the engine's grammar compiler) do.
-MAX_SCHEMA_DEPTH = 32
-# Choices of a `choice` constraint: each becomes a branch of the engine's grammar.
-MAX_CHOICES = 1024
-# JSON schema "type" names (draft 2020-12).
-SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 # vLLM's structured_outputs keys, in the order of precedence it documents, mapped to our kinds.
 _STRUCTURED_KEYS: Mapping[str, ConstraintKind] = {
     "json": "json_schema",
@@ -57,16 +61,6 @@ LEGACY_FIELDS: Mapping[str, str] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Constraint:
-    """One value of the proto's ``constraint`` oneof. ``text`` is compact JSON for json_schema and
-    structural_tag, the pattern for regex, the grammar for grammar, empty for json_object and choice."""
-
-    kind: ConstraintKind
-    text: str = ""
-    choices: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class ToolForcing:
     """tool_choice forced a call: ``name`` is the named function (the output is its arguments), None for
     ``required`` (the output is a JSON array of ``{"name", "parameters"}`` objects)."""
@@ -80,76 +74,24 @@ class OutputConstraint:
     forcing: ToolForcing | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """An offered function: its name and arguments schema (``{"type": "object"}`` when it declares none)."""
-
-    name: str
-    parameters: Mapping[str, Any]
-
-
 def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def check_schema(schema: object, param: str, depth: int = 0) -> None:
-    """Raise InvalidRequest (naming ``param``) unless ``schema`` is shaped like a JSON schema whose keywords an
-    engine can compile: typed keywords of the right JSON type, known ``type`` names, compilable patterns."""
-    if isinstance(schema, bool):
-        return
-    if not isinstance(schema, dict):
-        raise InvalidRequest(f"'{param}' must be a JSON schema object.", param=param)
-    if depth > MAX_SCHEMA_DEPTH:
-        raise InvalidRequest(f"'{param}' nests deeper than {MAX_SCHEMA_DEPTH} levels.", param=param)
-    kind = schema.get("type")
-    for name in [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else []:
-        if name not in SCHEMA_TYPES:
-            raise InvalidRequest(f"'{param}.type' names an unknown type {name!r}.", param=f"{param}.type")
-    if kind is not None and not isinstance(kind, str | list):
-        raise InvalidRequest(f"'{param}.type' must be a string or a list of strings.", param=f"{param}.type")
-    for key in ("enum", "required", "anyOf", "oneOf", "allOf", "prefixItems"):
-        if key in schema and not isinstance(schema[key], list):
-            raise InvalidRequest(f"'{param}.{key}' must be an array.", param=f"{param}.{key}")
-    if "enum" in schema and not schema["enum"]:
-        raise InvalidRequest(f"'{param}.enum' must not be empty.", param=f"{param}.enum")
-    if any(not isinstance(r, str) for r in schema.get("required", ())):
-        raise InvalidRequest(f"'{param}.required' must list property names.", param=f"{param}.required")
-    for key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
-        value = schema.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise InvalidRequest(f"'{param}.{key}' must be a non-negative integer.", param=f"{param}.{key}")
-    for low, high in (("minLength", "maxLength"), ("minItems", "maxItems"), ("minimum", "maximum")):
-        lo, hi = schema.get(low), schema.get(high)
-        if isinstance(lo, int | float) and isinstance(hi, int | float) and lo > hi:
-            raise InvalidRequest(f"'{param}.{low}' exceeds '{param}.{high}'.", param=f"{param}.{low}")
-    pattern = schema.get("pattern")
-    if pattern is not None:
-        check_regex(pattern, f"{param}.pattern")
-    for key in ("properties", "$defs", "definitions", "patternProperties"):
-        children = schema.get(key)
-        if children is None:
-            continue
-        if not isinstance(children, dict):
-            raise InvalidRequest(f"'{param}.{key}' must be an object.", param=f"{param}.{key}")
-        for name, child in children.items():
-            check_schema(child, f"{param}.{key}.{name}", depth + 1)
-    for key in ("items", "additionalProperties", "not", "contains"):
-        if key in schema:
-            check_schema(schema[key], f"{param}.{key}", depth + 1)
-    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
-        for i, child in enumerate(schema.get(key, ())):
-            check_schema(child, f"{param}.{key}[{i}]", depth + 1)
+def check_schema(schema: object, param: str) -> None:
+    """``node.structured.constraint.check_schema``, as an InvalidRequest (400) naming the field."""
+    try:
+        _check_schema(schema, param)
+    except ConstraintError as exc:
+        raise InvalidRequest(exc.message, param=exc.param) from exc
 
 
 def check_regex(pattern: object, param: str) -> str:
-    """``pattern`` when it is a regex a constrained decoder can apply; else InvalidRequest naming ``param``."""
-    if not isinstance(pattern, str):
-        raise InvalidRequest(f"'{param}' must be a string.", param=param)
+    """``node.structured.constraint.check_regex``, as an InvalidRequest (400) naming the field."""
     try:
-        parse_regex(pattern)
-    except RegexUnsupported as exc:
-        raise InvalidRequest(f"'{param}' cannot be enforced: {exc}.", param=param) from exc
-    return pattern
+        return _check_regex(pattern, param)
+    except ConstraintError as exc:
+        raise InvalidRequest(exc.message, param=exc.param) from exc
 
 
 def _schema_constraint(schema: object, param: str) -> Constraint:
@@ -264,19 +206,6 @@ def from_text_format(text: object, param: str = "text") -> Constraint | None:
     raise InvalidRequest(
         f"'{where}.type' must be 'text', 'json_object' or 'json_schema', got {kind!r}.", param=f"{where}.type"
     )
-
-
-def tool_specs(tools: Sequence[Mapping[str, Any]] | None) -> list[ToolSpec]:
-    """Function tools in either shape (chat: ``{"function": {...}}``, Responses: flat)."""
-    specs: list[ToolSpec] = []
-    for tool in tools or ():
-        fn = tool.get("function")
-        fn = fn if isinstance(fn, dict) else tool
-        params = fn.get("parameters")
-        name = fn.get("name")
-        if isinstance(name, str):
-            specs.append(ToolSpec(name, params if isinstance(params, dict) else {"type": "object", "properties": {}}))
-    return specs
 
 
 def forced_tool(tool_choice: object, param: str = "tool_choice") -> ToolForcing | None:

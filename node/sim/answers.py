@@ -35,12 +35,11 @@ from typing import Literal
 
 from tokenizers import Tokenizer
 
-from node.pipeline.constraints import Constraint, ToolSpec, tool_specs
-from node.pipeline.parsers.detect import ParserChoice
 from node.sim.grammar_sample import GrammarUnsupported, sample_grammar
 from node.sim.json_instance import sample_schema
 from node.sim.regex_sample import sample_regex
 from node.sim.token_generator import Prose, Script, Segment, answer_length
+from node.structured.constraint import Constraint, ToolSpec, tool_specs
 
 # Odds, under tool_choice auto with tools offered, that the answer calls tools, and that a call is joined
 # by more (up to MAX_PARALLEL_CALLS): mostly calls, sometimes several, sometimes text, like an agent model.
@@ -182,14 +181,15 @@ def constrained_text(constraint: Constraint, rng: random.Random, words: Sequence
 class FamilyAnswers:
     """Scripts answers for one model folder; built once per engine."""
 
-    def __init__(self, tokenizer: Tokenizer, choice: ParserChoice) -> None:
-        """``choice``: the family's parsers, as ``node.pipeline.parsers.detect`` finds them."""
+    def __init__(self, tokenizer: Tokenizer, *, tool_parser: str | None, thinks: bool) -> None:
+        """``tool_parser`` (vLLM's name) and ``thinks`` (a reasoning parser applies): the family, as the
+        gateway's detection (``node.pipeline.parsers.detect``) finds it in the folder."""
         self._tokenizer = tokenizer
-        self._parser = choice.tool_parser if choice.tool_parser in _MARKUP else None
+        self._parser = tool_parser if tool_parser in _MARKUP else None
         self._markup = _MARKUP.get(self._parser or "")
         gate = self._markup.gate_token if self._markup is not None else None
         self._gate_id = tokenizer.token_to_id(gate) if gate else None
-        self._thinks = choice.reasoning_parser is not None
+        self._thinks = thinks
         self._words: tuple[str, ...] = ()
 
     @property

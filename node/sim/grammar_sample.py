@@ -14,8 +14,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from node.pipeline.regex_ast import CharSet, RegexUnsupported, parse_regex
 from node.sim.regex_sample import OPEN_REPEAT_EXTRA, sample_node
+from node.structured.regex_ast import CharSet, RegexUnsupported, parse_regex
 
 # Rule expansions deep: a recursive grammar is cut off here (GrammarUnsupported) rather than looping.
 MAX_DEPTH = 64

@@ -1,6 +1,6 @@
 """Random strings matching a regex, for the simulated engine's answer under a regex constraint.
 
-Pure: the tree comes from ``node.pipeline.regex_ast`` (the constructs a constrained decoder accepts), the
+Pure: the tree comes from ``node.structured.regex_ast`` (the constructs a constrained decoder accepts), the
 randomness from the caller's ``random.Random``. Every construct of that tree is sampled exactly, except that
 an unbounded repeat (``*``, ``+``, ``{n,}``) stops at most ``OPEN_REPEAT_EXTRA`` past its minimum, and a
 negated class or ``.`` draws from printable ASCII: the result always matches the whole pattern.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from node.pipeline.regex_ast import PRINTABLE, Alt, CharSet, Node, Repeat, Seq, parse_regex
+from node.structured.regex_ast import PRINTABLE, Alt, CharSet, Node, Repeat, Seq, parse_regex
 
 # How far past its minimum an unbounded repeat may run: a few characters read like a real answer.
 OPEN_REPEAT_EXTRA = 3

@@ -28,8 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from node.pipeline.constraints import Constraint
 from node.sim.vocabulary import TextVocabulary
+from node.structured.constraint import Constraint
 
 FinishReason = Literal["stop", "length", "abort"]
 

@@ -16,15 +16,13 @@ from typing import Any
 
 from smg_grpc_proto.generated import vllm_engine_pb2
 
-from node.errors import InvalidRequest
-from node.pipeline import constraints
-from node.pipeline.constraints import Constraint
 from node.sim.engine import GenerateSpec, LoadSnapshot, SequenceOutput, ServerSnapshot
 from node.sim.errors import InvalidRequestError
 from node.sim.kv_events import KvBatch
 from node.sim.logprobs import TokenLogprobs
 from node.sim.model_folder import ModelFolder
 from node.sim.token_generator import SamplingSpec
+from node.structured.constraint import Constraint, ConstraintError, check_regex, check_schema
 from node.workers.kv_convert import batch_message
 
 SERVER_TYPE = "vllm-grpc"
@@ -79,18 +77,26 @@ def constraint_of(params: Any) -> Constraint | None:
         return None
     try:
         if kind == "choice":
-            return constraints.from_structured_outputs({"choice": list(params.choice.choices)}, "choice")
+            choices = tuple(str(c) for c in params.choice.choices)
+            if not choices:
+                raise ConstraintError("the choice list is empty", param=kind)
+            return Constraint("choice", choices=choices)
         if kind == "json_object":
             return Constraint("json_object") if params.json_object else None
         text = str(getattr(params, kind))
         if kind == "json_schema":
-            return constraints.from_structured_outputs({"json": text}, kind)
-        if kind == "regex":
-            return Constraint("regex", constraints.check_regex(text, kind))
-        if kind == "grammar":
-            return constraints.from_structured_outputs({"grammar": text}, kind)
-        return Constraint("structural_tag", text)
-    except InvalidRequest as exc:
+            try:
+                check_schema(json.loads(text), kind)
+            except ValueError as exc:
+                if isinstance(exc, ConstraintError):
+                    raise
+                raise ConstraintError(f"not JSON: {exc}", param=kind) from exc
+        elif kind == "regex":
+            check_regex(text, kind)
+        elif kind == "grammar" and not text.strip():
+            raise ConstraintError("the grammar is empty", param=kind)
+        return Constraint(kind, text)
+    except ConstraintError as exc:
         raise InvalidRequestError(f"invalid {kind} constraint: {exc.message}") from exc
 
 

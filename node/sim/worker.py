@@ -91,7 +91,8 @@ def load_sim_model(config: SimWorkerConfig) -> SimModel:
         family = detect_folder(folder.path)
     except (OSError, ValueError):  # no tokenizer_config.json: no chat template, so no family markup
         family = ParserChoice(None, None)
-    return SimModel(folder, tokenizer, _vocabulary(tokenizer), FamilyAnswers(tokenizer, family))
+    answers = FamilyAnswers(tokenizer, tool_parser=family.tool_parser, thinks=family.reasoning_parser is not None)
+    return SimModel(folder, tokenizer, _vocabulary(tokenizer), answers)
 
 
 def _vocabulary(tokenizer: Tokenizer) -> TextVocabulary:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from node.pipeline.constraints import Constraint
+from node.structured.constraint import Constraint
 from node.workers.deadlines import Deadlines
 
 

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from node.pipeline.constraints import Constraint
 from node.pipeline.parsers.registry import build_parser
+from node.structured.constraint import Constraint
 from node.workers.types import SamplingParams, WorkerRequest
 from node.workers.vllm_grpc import VllmGrpcClient
 from tests.http.conftest import Cluster, start_cluster

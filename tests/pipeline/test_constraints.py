@@ -10,12 +10,12 @@ import pytest
 
 from node.errors import InvalidRequest
 from node.pipeline.constraints import (
-    Constraint,
     OutputConstraint,
     ToolForcing,
     calls_from_output,
     resolve,
 )
+from node.structured.constraint import Constraint
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}
 TOOLS = [

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 
-from node.pipeline.constraints import Constraint
 from node.pipeline.parsers.detect import detect_folder
 from node.pipeline.parsers.events import ContentDelta, ReasoningDelta
 from node.pipeline.served_model import load_served_model
@@ -27,6 +26,7 @@ from node.sim.regex_sample import sample_regex
 from node.sim.token_generator import EosPolicy, Prose, SamplingSpec, TokenStream
 from node.sim.vocabulary import TextVocabulary
 from node.sim.wire import sampling_spec
+from node.structured.constraint import Constraint
 from tests.pipeline.parsers._run import calls, run, tools
 from tests.sim._schema_check import errors
 
@@ -125,7 +125,11 @@ def test_constrained_text_satisfies_each_kind() -> None:
 @functools.cache  # loading a 128k-151k vocabulary twice takes seconds: once per folder per session
 def _family(model_dir: Path) -> tuple[FamilyAnswers, Any]:
     served = load_served_model(str(model_dir), served_name="m")
-    return FamilyAnswers(served.tokenizer.raw, detect_folder(model_dir)), served
+    family = detect_folder(model_dir)
+    answers = FamilyAnswers(
+        served.tokenizer.raw, tool_parser=family.tool_parser, thinks=family.reasoning_parser is not None
+    )
+    return answers, served
 
 
 def _prompt(served: Any, messages: list[dict[str, Any]], **extra: Any) -> list[int]:
