@@ -97,10 +97,13 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
         schemas[tool.function.name] = tool.function.parameters or {}
     tools = common.tool_use(schemas, req.tool_choice, parallel=req.parallel_tool_calls, api="chat")
     offered = tools is not None and tools.choice != "none"
+    listed = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
+    # tool_choice required / a named function: the engine is constrained to call (node.pipeline.constraints).
+    constrained = common.output_constraint(req, tools=listed, tool_choice=req.tool_choice)
     prompt = ChatPrompt(
         messages=template_messages(req.messages),
         # tool_choice "none": the tools are not offered to the model at all.
-        tools=[msgspec.to_builtins(t) for t in req.tools] if req.tools and offered else None,
+        tools=listed if offered else None,
         add_generation_prompt=req.add_generation_prompt,
         continue_final_message=req.continue_final_message,
         template_kwargs=req.chat_template_kwargs,
@@ -118,6 +121,7 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
         budget_param="max_completion_tokens" if use_completion_tokens else "max_tokens",
         prompt_param="messages",
         tools=tools,
+        constraint=constrained.constraint if constrained is not None else None,
     )
 
 

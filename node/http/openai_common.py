@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from node.errors import InvalidRequest
 from node.http.adapter import AdapterEnv
 from node.http.envelopes import OPENAI, ErrorEnvelope
 from node.http.openai_types import SamplingFields
+from node.pipeline import constraints
+from node.pipeline.constraints import OutputConstraint
 from node.pipeline.events import TokenLogprob, Usage
 from node.pipeline.request import NamedTool, Sampling, ToolChoice, ToolUse
 from node.pipeline.served_model import ServedModel
@@ -87,6 +89,25 @@ def tool_use(
     if max_calls is not None and max_calls < 0:
         raise InvalidRequest("'max_tool_calls' must be >= 0.", param="max_tool_calls")
     return ToolUse(schemas, choice, parallel, max_calls) if schemas else None
+
+
+def output_constraint(
+    req: SamplingFields,
+    *,
+    tools: Sequence[Any] | None = None,
+    tool_choice: object = None,
+    text_format: object = None,
+) -> OutputConstraint | None:
+    """The structured-output constraint the request sets (node.pipeline.constraints); raises InvalidRequest."""
+    legacy = {name: getattr(req, name) for name in constraints.LEGACY_FIELDS}
+    return constraints.resolve(
+        response_format=req.response_format,
+        text_format=text_format,
+        structured_outputs=req.structured_outputs,
+        legacy=legacy,
+        tools=tools,
+        tool_choice=tool_choice,
+    )
 
 
 def include_usage(req: SamplingFields) -> bool:

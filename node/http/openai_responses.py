@@ -110,7 +110,8 @@ class _Turn:
             "frequency_penalty": req.frequency_penalty or 0.0,
             "tool_choice": self.tool_choice,
             "tools": self.tools,
-            "text": req.text or {"format": {"type": "text"}},
+            # Echoed as sent (node.pipeline.constraints validated it), the default when absent.
+            "text": req.text if isinstance(req.text, dict) and req.text.get("format") else {"format": {"type": "text"}},
             "truncation": req.truncation or "disabled",
             "usage": usage_object(usage) if usage is not None else None,
             "user": req.user,
@@ -206,6 +207,7 @@ class Responses(common.OpenAIAdapter):
             api="responses",
             max_calls=req.max_tool_calls,
         )
+        constrained = common.output_constraint(req, tools=tools, tool_choice=req.tool_choice, text_format=req.text)
         conv = req.conversation_id
         if not req.store and conv is not None and len(inputs) + 1 > MAX_ITEMS_PER_ADD:
             raise InvalidRequest(
@@ -234,6 +236,7 @@ class Responses(common.OpenAIAdapter):
             budget_param="max_output_tokens",
             prompt_param="input",
             tools=tool_use,
+            constraint=constrained.constraint if constrained is not None else None,
         )
         rid = mint_id("resp")
         prepared = await pipeline.prepare(neutral, model, ctx, request_id=rid)

@@ -16,10 +16,11 @@ from node.pipeline.context import RequestContext
 from node.pipeline.cpu import CpuPool
 from node.pipeline.parsers.think import prompt_opens_reasoning
 from node.pipeline.parsing import PROMPT_TAIL_IDS, ParserPlan
-from node.pipeline.request import ChatPrompt, GenerateRequest, NamedTool, Prompt, Sampling, TextPrompt, ToolUse
+from node.pipeline.request import ChatPrompt, GenerateRequest, NamedTool, Prompt, Sampling, TextPrompt
 from node.pipeline.served_model import ServedModel
 from node.pipeline.spec import GenerateSpec, Prepared, PreparedPrompt
 from node.pipeline.template import TemplateError
+from node.structured.constraint import Constraint
 from node.workers.types import SamplingParams
 
 _SEED_MASK = (1 << 31) - 1  # the engine contract carries an int32 seed
@@ -77,7 +78,9 @@ def resolve_max_tokens(
     return budget
 
 
-def sampling_params(s: Sampling, model: ServedModel, *, max_tokens: int) -> SamplingParams:
+def sampling_params(
+    s: Sampling, model: ServedModel, *, max_tokens: int, constraint: Constraint | None = None
+) -> SamplingParams:
     """The engine's sampling parameters: the request's values, else the model's generation_config defaults."""
     d = model.sampling_defaults
     temperature = s.temperature if s.temperature is not None else d.get("temperature")
@@ -101,6 +104,7 @@ def sampling_params(s: Sampling, model: ServedModel, *, max_tokens: int) -> Samp
         ignore_eos=s.ignore_eos,
         logprobs=s.logprobs,
         skip_special_tokens=s.skip_special_tokens,
+        constraint=constraint,
     )
 
 
@@ -177,15 +181,6 @@ def parser_plan(
     )
 
 
-def tool_constraint(tools: ToolUse | None) -> object | None:
-    """The engine constraint that makes ``tool_choice`` "required" or a named function binding (a JSON
-    schema over the call(s), sent in SamplingParams; the output side is ready: ``parser_plan(...,
-    constrained=True)`` reads the bare JSON back as calls). Seam: the structured-output constraint module
-    (issue 15, built beside this) fills it in; until then None, and such a request is parsed like "auto"
-    (restricted to the named function), so a model that answers without calling answers with content."""
-    return None
-
-
 def _chars(messages: Sequence[Any]) -> int:
     return sum(len(c) for m in messages if isinstance(c := m.get("content"), str))
 
@@ -233,7 +228,9 @@ class Prepare:
         stops = tuple(dict.fromkeys(s.stop))
         ends = terminators(s, model)
         prompts = [await self._encode(p, model, request.prompt_param) for p in request.prompts]
-        constrained = tool_constraint(request.tools) is not None
+        # A constraint beside tool_choice required / named is the tool forcing (node.pipeline.constraints
+        # allows one source per request): the engine writes the bare JSON call(s).
+        constrained = request.constraint is not None
         specs = []
         # An omitted budget is bounded by the request limits' total over every choice of the request.
         cap = self._limits.output_cap(s.n * len(prompts), logprobs=s.logprobs is not None)
@@ -251,7 +248,7 @@ class Prepare:
                     model=model.name,
                     request_id=request_id if len(prompts) == 1 else f"{request_id}-{k}",
                     prompt_ids=prompt.ids,
-                    params=sampling_params(s, model, max_tokens=max_tokens),
+                    params=sampling_params(s, model, max_tokens=max_tokens, constraint=request.constraint),
                     stops=stops,
                     include_stop_str=s.include_stop_str,
                     terminators=ends,

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from node.structured.constraint import Constraint
+
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
@@ -77,7 +79,7 @@ class NamedTool:
 
 
 #: "none": tools are not offered (not rendered, not parsed); "auto": the model may call; "required" and a
-#: named tool: it must (the engine constraint enforcing it is Prepare's seam, see prepare.tool_constraint).
+#: named tool: it must (GenerateRequest.constraint, node.pipeline.constraints, makes the engine call).
 ToolChoice = Literal["none", "auto", "required"] | NamedTool
 
 
@@ -110,3 +112,6 @@ class GenerateRequest:
     prompt_param: str = "messages"
     # The tools offered (None: none; tool calls are not parsed).
     tools: ToolUse | None = None
+    # Structured output the engine must enforce (node.pipeline.constraints; each adapter reads its API's fields).
+    # With tool_choice required or a named function it is the tool forcing (one source at most per request).
+    constraint: Constraint | None = None

@@ -221,18 +221,30 @@ async def test_tool_choice_none_offers_no_tools_and_parses_no_calls(edge: Edge) 
     assert choice.message.content == QWEN_CALL, "what the model wrote stays text, untouched"
 
 
-async def test_a_named_tool_choice_keeps_only_that_function(edge: Edge) -> None:
-    edge.answer[0] = qwen_answer(QWEN_TWO_CALLS)
-    r = await edge.client.chat.completions.create(
-        model="qwen",
-        messages=ASK,
-        tools=[WEATHER, TIME],  # type: ignore[list-item]
-        tool_choice={"type": "function", "function": {"name": "get_weather"}},
-    )
-    # The parser accepts only the named function: the other call is not a call of it; it stays text.
+async def test_forced_tool_choices_are_constrained_and_read_back_as_calls(edge: Edge) -> None:
+    """tool_choice named / required: the engine gets the constraint and (as a constrained engine does) writes
+    bare JSON after its reasoning; the answer is read back as calls, streamed or not."""
+    tools: Any = [WEATHER, TIME]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    edge.answer[0] = qwen_answer('{"city": "Paris"}')
+    for stream in (False, True):
+        if stream:
+            r, _ = await _streamed(edge, messages=ASK, tools=tools, tool_choice=named)
+        else:
+            r = await edge.client.chat.completions.create(model="qwen", messages=ASK, tools=tools, tool_choice=named)
+        assert edge.worker.requests[-1].params.constraint is not None, "the engine is constrained"
+        msg = r.choices[0].message
+        assert r.choices[0].finish_reason == "tool_calls" and not msg.content
+        assert msg.tool_calls is not None and [(c.function.name, _args(c)) for c in msg.tool_calls] == [
+            ("get_weather", {"city": "Paris"})
+        ]
+    edge.answer[0] = qwen_answer('[{"name": "get_time", "parameters": {"tz": "CET"}}]')
+    r = await edge.client.chat.completions.create(model="qwen", messages=ASK, tools=tools, tool_choice="required")
     msg = r.choices[0].message
-    assert msg.tool_calls is not None and [c.function.name for c in msg.tool_calls] == ["get_weather"]
-    assert msg.content == '<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>'
+    assert msg.tool_calls is not None and [(c.function.name, _args(c)) for c in msg.tool_calls] == [
+        ("get_time", {"tz": "CET"})
+    ]
+    assert (msg.model_extra or {})["reasoning_content"] == f"\n{QWEN_THOUGHT}\n"
     with pytest.raises(BadRequestError) as err:
         await edge.client.chat.completions.create(
             model="qwen",
@@ -490,25 +502,38 @@ async def test_responses_tool_choice_and_parallel_calls(edge: Edge) -> None:
 
 
 async def test_through_grpc_to_the_simulated_engine(qwen_model_dir: Path) -> None:
-    """Tools and a thinking family over the whole node (config, gRPC, sim): until the sim answers with calls,
-    its plain answer must come back as content with finish_reason stop, streamed or not, the same text."""
+    """Tools and a thinking family over the whole node (config, gRPC, the simulator answering like Qwen3):
+    streamed or not, the same reasoning, content and calls."""
     from tests.http.conftest import start_cluster
 
     async with start_cluster(qwen_model_dir, workers=1) as c:
-        kw: dict[str, Any] = {"messages": ASK, "tools": [WEATHER], "max_tokens": 24, "seed": 5, "temperature": 0}
+        kw: dict[str, Any] = {"messages": ASK, "tools": [WEATHER], "max_tokens": 600, "seed": 5}
         whole = await c.client.chat.completions.create(model=c.model, **kw)
-        texts, calls, reasons = [], [], []
+        texts, reasoning, args, reasons = [], [], [], []
         async for chunk in await c.client.chat.completions.create(model=c.model, stream=True, **kw):
             for ch in chunk.choices:
                 texts.append(ch.delta.content or "")
-                calls += ch.delta.tool_calls or []
+                reasoning.append((ch.delta.model_extra or {}).get("reasoning_content") or "")
+                args += [
+                    (t.index, t.function.name, t.function.arguments) for t in ch.delta.tool_calls or () if t.function
+                ]
                 reasons.append(ch.finish_reason)
-        assert whole.choices[0].message.tool_calls is None and calls == []
-        assert whole.choices[0].finish_reason == "length" and reasons[-1] == "length"
-        assert whole.choices[0].message.content == "".join(texts)
-        assert whole.choices[0].message.content, "the simulated engine answered"
-        resp = await c.client.responses.create(model=c.model, input="hi", tools=[RESP_WEATHER], max_output_tokens=16)  # type: ignore[list-item]
-        assert Response.model_validate(resp.model_dump()).output_text
+        msg = whole.choices[0].message
+        assert whole.choices[0].finish_reason == reasons[-1]
+        assert (msg.content or "") == "".join(texts)
+        assert ((msg.model_extra or {}).get("reasoning_content") or "") == "".join(reasoning)
+        streamed_calls = [(name, "".join(a for k, _, a in args if k == index)) for index, name, _ in args if name]
+        assert [(c.function.name, c.function.arguments) for c in msg.tool_calls or ()] == streamed_calls
+        assert msg.content or msg.tool_calls, "the simulated engine answered"
+        resp = await c.client.responses.create(
+            model=c.model,
+            input="What is the weather in Paris?",
+            tools=[RESP_WEATHER],  # type: ignore[list-item]
+            max_output_tokens=600,
+        )
+        checked = Response.model_validate(resp.model_dump())
+        kinds = [item.type for item in checked.output]
+        assert kinds and set(kinds) <= {"reasoning", "message", "function_call"}
 
 
 async def test_a_template_that_opens_the_reasoning_block_starts_the_answer_inside_it(
