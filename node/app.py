@@ -13,15 +13,21 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from mesh import Mesh
+from node.auth.authenticator import ApiKeyAuthenticator
+from node.auth.config import read_bootstrap_key
 from node.cluster.member import publish_http_addr, run_mesh
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
+from node.http.auth_middleware import auth_middleware
+from node.http.keys_api import add_key_routes
 from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
@@ -63,6 +69,8 @@ async def run_node(
     config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
+    # Read before anything starts: a bad key file stops the node with the file named.
+    bootstrap_key = read_bootstrap_key(config.auth)
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -151,6 +159,13 @@ async def run_node(
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
         supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        middlewares: list[Middleware] = []
+        if config.auth.enforced(config.http.host):
+            authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
+            failures = metrics.auth_failures
+            middlewares.append(auth_middleware(authenticator, on_failure=lambda f: failures.labels(f.reason).inc()))
+        else:
+            log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)
         app = build_app(
             models=models,
             pool=pool,
@@ -160,10 +175,12 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            middlewares=middlewares,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
+        add_key_routes(app, shared.keys)
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )

@@ -53,7 +53,11 @@ def load_node_config(
 ) -> NodeConfig:
     """The node's config (`serve`, `demo`): ``overrides`` maps section -> field -> value."""
     merged = {**(overrides or {}), "model": {**(overrides or {}).get("model", {}), **model_overrides}}
-    return NodeConfig(**load_sections(NODE_SECTIONS, args, merged))
+    sections = load_sections(NODE_SECTIONS, args, merged)
+    try:
+        return NodeConfig(**sections)
+    except ValueError as exc:  # a check across sections (an open node on a public address)
+        raise configload.ConfigError(str(exc)) from exc
 
 
 def _run(main: Callable[[], Awaitable[None]]) -> int:
@@ -202,18 +206,44 @@ Press Ctrl-C to stop.
 """
 
 
-def _node_request(node: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 60) -> Any:
+#: The env var the admin commands (keys, join, members) read the caller's API key from (or --api-key-file).
+API_KEY_ENV = "SMG_NODE_API_KEY"
+
+
+def _api_key(args: argparse.Namespace) -> str:
+    """The caller's API key: --api-key-file, else $SMG_NODE_API_KEY, else none. Never a flag value."""
+    path = getattr(args, "api_key_file", None)
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SystemExit(f"error: --api-key-file {path}: {exc.strerror or exc}") from None
+    return os.environ.get(API_KEY_ENV, "")
+
+
+def _node_request(
+    node: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    timeout_s: float = 60,
+    *,
+    method: str | None = None,
+    api_key: str = "",
+) -> Any:
     """Call a running node's HTTP API; returns the decoded JSON or raises SystemExit with its error."""
     import json
     import urllib.error
     import urllib.request
 
     data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(
         node.rstrip("/") + path,
         data=data,
-        headers={"Content-Type": "application/json"},
-        method="POST" if data else "GET",
+        headers=headers,
+        method=method or ("POST" if data else "GET"),
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
@@ -231,13 +261,13 @@ def _node_request(node: str, path: str, body: dict[str, Any] | None = None, time
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    result = _node_request(args.node, "/mesh/join", {"peers": args.peers})
+    result = _node_request(args.node, "/mesh/join", {"peers": args.peers}, api_key=_api_key(args))
     print(f"joined through {result['joined']} peer(s); the cluster has {result['members']} member(s)")
     return 0
 
 
 def cmd_members(args: argparse.Namespace) -> int:
-    result = _node_request(args.node, "/mesh/members", timeout_s=10)
+    result = _node_request(args.node, "/mesh/members", timeout_s=10, api_key=_api_key(args))
     if args.json:
         import json
 
@@ -254,6 +284,46 @@ def cmd_members(args: argparse.Namespace) -> int:
         rows = [(*row, text) for row, text in zip(rows, labels, strict=True)]
     rows.insert(0, header)
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    import json
+
+    key = _api_key(args)
+    if args.keys_command == "create":
+        limits = {
+            "requests_per_minute": args.rpm,
+            "tokens_per_minute": args.tpm,
+            "concurrent": args.concurrent,
+        }
+        body = {
+            "tenant": args.tenant,
+            "role": args.role,
+            "name": args.name,
+            "expires_in_s": args.expires_in_s,
+            "limits": limits,
+        }
+        created = _node_request(args.node, "/admin/keys", body, api_key=key)
+        print(json.dumps(created, indent=2) if args.json else created["key"])
+        if not args.json:
+            print(f"(id {created['id']}: the key is shown only now; store it)", file=sys.stderr)
+        return 0
+    if args.keys_command == "revoke":
+        _node_request(args.node, f"/admin/keys/{args.key_id}", method="DELETE", api_key=key)
+        print(f"revoked {args.key_id}")
+        return 0
+    listed = _node_request(args.node, "/admin/keys", api_key=key)["data"]
+    if args.json:
+        print(json.dumps(listed, indent=2))
+        return 0
+    rows = [("ID", "NAME", "TENANT", "ROLE", "STATE")]
+    for k in listed:
+        state = "revoked" if k["revoked_at"] else "live"
+        rows.append((k["id"], k["name"], k["tenant"], k["role"], state))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
@@ -300,6 +370,28 @@ def build_parser() -> argparse.ArgumentParser:
     members.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
     members.add_argument("--json", action="store_true", help="print the JSON of GET /mesh/members")
     members.set_defaults(func=cmd_members)
+
+    key_help = f"file holding your API key (default: ${API_KEY_ENV})"
+    for command in (join, members):
+        command.add_argument("--api-key-file", metavar="FILE", help=key_help)
+    keys = sub.add_parser("keys", help="create, list and revoke the cluster's API keys (an admin key is needed)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="create a key; prints it (the only time it is shown)")
+    create.add_argument("--tenant", default="default", help="the tenant the key's requests belong to")
+    create.add_argument("--role", choices=("admin", "user", "reader"), default="user")
+    create.add_argument("--name", default="", help="a label shown in listings")
+    create.add_argument("--expires-in-s", type=int, default=0, help="lifetime in seconds (0: never expires)")
+    create.add_argument("--rpm", type=int, default=0, help="requests per minute (0: no limit)")
+    create.add_argument("--tpm", type=int, default=0, help="tokens per minute (0: no limit)")
+    create.add_argument("--concurrent", type=int, default=0, help="requests at once (0: no limit)")
+    listing = keys_sub.add_parser("list", help="the cluster's keys (never their secrets)")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key on every node")
+    revoke.add_argument("key_id", help="the key's id (the 8 characters after smg-)")
+    for command in (create, listing, revoke):
+        command.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of a node")
+        command.add_argument("--api-key-file", metavar="FILE", help=key_help)
+        command.add_argument("--json", action="store_true", help="print the API's JSON")
+    keys.set_defaults(func=cmd_keys)
 
     models = sub.add_parser("models", help="model folders")
     models_sub = models.add_subparsers(dest="models_command", required=True)

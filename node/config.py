@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
+from node.auth.config import AuthConfig
 from node.cluster.config import ClusterConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
@@ -235,9 +236,14 @@ class NodeConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        """Raises AuthConfigError (a ValueError) for an open node on a non-loopback address (see AuthConfig)."""
+        self.auth.enforced(self.http.host)
 
 
 def _sections(config: type[object]) -> Mapping[str, type[object]]:

@@ -211,6 +211,12 @@ class NodeMetrics:
         self.cached_tokens = self.tokens.labels("cached_prompt")
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
+        self.auth_failures = Counter(
+            "smg_node_auth_failures",
+            "Requests refused 401, by reason (missing, malformed, unknown, revoked, expired).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.registry.register(_WorkerCollector(pool))
         self.registry.register(_RoutingCollector(pool))
 

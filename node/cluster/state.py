@@ -1,5 +1,5 @@
-"""The node's share of the replicated cluster state: the worker registry, health observations and routing
-hints, carried by the mesh (or kept locally when the node runs alone).
+"""The node's share of the replicated cluster state: the worker registry, the API keys, health observations
+and routing hints, carried by the mesh (or kept locally when the node runs alone).
 
 One ``ClusterState`` per node process, named like its mesh member so membership and state agree on who is
 alive. The mesh's single delegate slot is split into channels (``mesh.channels``): the replicated state on
@@ -23,6 +23,7 @@ from typing import Protocol
 
 from mesh import MAX_CHANNEL_MSG_BYTES, BestEffortBroadcast, Channels, Mesh
 from mesh.state import ClusterState, StateConfig, live_members
+from node.cluster.api_keys import ApiKeyTable
 from node.cluster.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
 from node.cluster.hint_snapshot import HintSnapshot
 from node.cluster.registry import WorkerRegistry
@@ -57,6 +58,7 @@ class SharedState:
     hints: BestEffortBroadcast
     hint_snapshot: HintSnapshot
     mesh: Mesh | None
+    keys: ApiKeyTable
 
     def alive_members(self) -> list[str] | None:
         return live_members(self.mesh) if self.mesh is not None else None
@@ -92,7 +94,13 @@ def open_shared_state(
         channels.attach(HINT_SNAPSHOT_CHANNEL, snapshot)
     board = HealthBoard(state, publish_interval_s=health_publish_interval_s)
     return SharedState(
-        state=state, registry=WorkerRegistry(state), board=board, hints=hints, hint_snapshot=snapshot, mesh=mesh
+        state=state,
+        registry=WorkerRegistry(state),
+        board=board,
+        hints=hints,
+        hint_snapshot=snapshot,
+        mesh=mesh,
+        keys=ApiKeyTable(state),
     )
 
 

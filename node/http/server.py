@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from node.http.errors import error_body, error_middleware
 from node.http.history import History
@@ -38,10 +39,14 @@ def build_app(
     routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER,
     stores: Stores,
     tenancy: ApiConfig,
+    middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
-    # The metrics middleware is outermost so it counts the status the error middleware produced.
-    app = web.Application(middlewares=[metrics.middleware(), error_middleware], client_max_size=max_body_bytes + 1)
+    # The metrics middleware is outermost so it counts the status the error middleware produced; the given
+    # ones (authentication) run inside the error middleware, so their errors leave in the API's envelope.
+    app = web.Application(
+        middlewares=[metrics.middleware(), error_middleware, *middlewares], client_max_size=max_body_bytes + 1
+    )
     contexts = [
         ApiContext(
             model=model,
