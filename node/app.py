@@ -28,6 +28,8 @@ from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegat
 from node.config import NodeConfig
 from node.http.auth_middleware import auth_middleware
 from node.http.keys_api import add_key_routes
+from node.http.limits_api import add_limit_routes
+from node.http.limits_middleware import add_rate_headers, limits_middleware
 from node.http.mesh_routes import add_mesh_routes
 from node.http.server import build_app
 from node.http.workers_api import add_worker_routes
@@ -164,6 +166,7 @@ async def run_node(
             authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
             failures = metrics.auth_failures
             middlewares.append(auth_middleware(authenticator, on_failure=lambda f: failures.labels(f.reason).inc()))
+            middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
         else:
             log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)
         app = build_app(
@@ -181,6 +184,8 @@ async def run_node(
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
         add_key_routes(app, shared.keys)
+        add_limit_routes(app, shared.tenant_limits)
+        app.on_response_prepare.append(add_rate_headers)
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -9,6 +10,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from node.auth.metering import record_usage
 from node.http.errors import error_body, error_middleware
 from node.http.history import History
 from node.http.openai_chat import ChatCompletions
@@ -19,6 +21,7 @@ from node.http.openai_responses import Responses
 from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
+from node.pipeline.generate import Usage
 from node.pipeline.served_model import ServedModel
 from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.pool import WorkerPool
@@ -27,6 +30,11 @@ from storage.base import Stores
 
 def _json(obj: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=msgspec.json.encode(obj), content_type="application/json")
+
+
+def _observe_usage(metrics: NodeMetrics, usage: Usage) -> None:
+    metrics.observe_usage(usage)
+    record_usage(usage.prompt_tokens, usage.completion_tokens)  # the request's meter, when it is limited
 
 
 def build_app(
@@ -53,7 +61,7 @@ def build_app(
             pool=pool,
             cpu=cpu,
             max_body_bytes=max_body_bytes,
-            on_usage=metrics.observe_usage,
+            on_usage=functools.partial(_observe_usage, metrics),
             routing_key_header=routing_key_header,
         )
         for model in models

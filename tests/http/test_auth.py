@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from openai import AsyncOpenAI
 from node.app import RunningNode, run_node
 from node.auth.config import AuthConfig
 from node.auth.keys import new_key
+from node.auth.limits import WINDOW_S
 from node.cluster.config import ClusterConfig
 from node.sim.worker import SimWorker
 from tests.http.conftest import fast_sim, node_config
@@ -173,3 +175,71 @@ async def test_cli_keys_create_list_revoke(secured: Secured, tmp_path: Path) -> 
     assert (await secured.call("GET", "/metrics", key))[0] == 200
     assert f"revoked {key_id}" in await cli("revoke", key_id)
     assert (await secured.call("GET", "/metrics", key))[0] == 401
+
+
+async def _clear_of_a_window_boundary(margin_s: float = 5.0) -> None:
+    """Windows are fixed minutes: start a counting test where the next boundary is at least ``margin_s`` off."""
+    left = WINDOW_S - time.time() % WINDOW_S
+    if left < margin_s:
+        await asyncio.sleep(left + 0.05)
+
+
+async def test_rate_limits_answer_429_with_openai_headers(secured: Secured) -> None:
+    key = (await secured.create_key(tenant="rl", role="user", limits={"requests_per_minute": 3}))["key"]
+    await _clear_of_a_window_boundary()
+    seen = []
+    for _ in range(3):
+        status, _, headers = await secured.call("GET", "/v1/models", key)
+        assert status == 200 and headers["x-ratelimit-limit-requests"] == "3"
+        seen.append(int(headers["x-ratelimit-remaining-requests"]))
+    assert seen == [2, 1, 0]
+    status, payload, headers = await secured.call("GET", "/v1/models", key)
+    assert status == 429 and payload["error"]["code"] == "rate_limit_exceeded", payload
+    assert 1 <= int(headers["Retry-After"]) <= 60 and headers["x-ratelimit-remaining-requests"] == "0"
+    # The openai client reads the 429 as a RateLimitError.
+    async with AsyncOpenAI(base_url=f"{secured.node.url}/v1", api_key=key, max_retries=0) as client:
+        with pytest.raises(openai.RateLimitError):
+            await client.models.list()
+
+
+async def test_streams_carry_the_headers_and_concurrency_is_limited(secured: Secured) -> None:
+    key = (await secured.create_key(tenant="cc", role="user", limits={"concurrent": 1, "tokens_per_minute": 10**6}))[
+        "key"
+    ]
+    body = {
+        "model": secured.node.model.name,
+        "messages": [{"role": "user", "content": "tell me a long story"}],
+        "max_tokens": 300,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    headers = {"Authorization": f"Bearer {key}"}
+    url = secured.node.url + "/v1/chat/completions"
+    async with secured.session.post(url, json=body, headers=headers) as first:
+        assert first.status == 200 and first.headers["x-ratelimit-limit-tokens"] == "1000000"
+        await first.content.readline()  # the stream is open: one request in flight
+        async with secured.session.post(url, json=body, headers=headers) as second:
+            assert second.status == 429
+            assert "concurrent" in (await second.json())["error"]["message"]
+        await first.read()
+    # Finished: the slot is free again, and the tokens it used are charged.
+    async with secured.session.post(url, json={**body, "max_tokens": 2}, headers=headers) as third:
+        assert third.status == 200
+        used = 10**6 - int(third.headers["x-ratelimit-remaining-tokens"])
+        assert used >= 300, used
+        await third.read()
+
+
+async def test_tenant_limits_through_the_admin_api(secured: Secured) -> None:
+    put = {"requests_per_minute": 2}
+    status, body, _ = await secured.call("PUT", "/admin/tenants/shared-t/limits", BOOTSTRAP, put)
+    assert status == 200 and body["limits"]["requests_per_minute"] == 2
+    assert any(t["tenant"] == "shared-t" for t in (await secured.call("GET", "/admin/tenants", BOOTSTRAP))[1]["data"])
+    user = (await secured.create_key(tenant="shared-t", role="user"))["key"]
+    assert (await secured.call("PUT", "/admin/tenants/shared-t/limits", user, put))[0] == 403
+    other = (await secured.create_key(tenant="shared-t", role="user"))["key"]
+    await _clear_of_a_window_boundary()
+    statuses = [(await secured.call("GET", "/v1/models", k))[0] for k in (user, other, user, other)]
+    assert statuses == [200, 200, 429, 429]  # two keys, one tenant budget
+    await secured.call("PUT", "/admin/tenants/shared-t/limits", BOOTSTRAP, {})
+    assert (await secured.call("GET", "/v1/models", user))[0] == 200  # cleared
