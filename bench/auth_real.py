@@ -18,7 +18,8 @@ import json
 import random
 import tempfile
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,9 @@ async def propagation(nodes: list[Node], admin: str, keys: int, rng: random.Rand
     return {"created": created, "revoked": revoked}
 
 
-def run(workdir: Path, nodes_count: int, keys: int, seed: int) -> dict[str, Any]:
+@contextmanager
+def keyed_cluster(workdir: Path, nodes_count: int) -> Iterator[tuple[list[Node], str]]:
+    """``nodes_count`` meshed nodes requiring API keys, converged; yields them and the bootstrap admin key."""
     with ExitStack() as stack:
         model_dir = prepare_model("llama3", workdir / "models")
         worker = stack.enter_context(sim_worker(model_dir, workdir / "sim.log"))
@@ -102,6 +105,11 @@ def run(workdir: Path, nodes_count: int, keys: int, seed: int) -> dict[str, Any]
         cluster.start(*nodes)
         cluster.wait_up(*nodes)
         cluster.wait_converged(nodes, timeout_s=60)
+        yield nodes, admin
+
+
+def run(workdir: Path, nodes_count: int, keys: int, seed: int) -> dict[str, Any]:
+    with keyed_cluster(workdir, nodes_count) as (nodes, admin):
         delays = asyncio.run(propagation(nodes, admin, keys, random.Random(seed)))
     return {
         "nodes": nodes_count,
