@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -53,6 +54,53 @@ async def _middleware_us(authenticator: ApiKeyAuthenticator, key: str, n: int) -
     return with_auth / n * 1e6, without / n * 1e6
 
 
+def _jwt_us(n: int) -> dict[str, float]:
+    """verify_token (signature, claims, identity) with the issuer's keys cached, per algorithm."""
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from jwt import PyJWK
+
+    from node.auth.jwt_verifier import ClaimRules, verify_token
+
+    rules = ClaimRules("https://idp", ("smg",), ("RS256", "ES256"), 30.0, "tenant", "role", "user")
+    out = {}
+    for alg, private in (
+        ("RS256", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        ("ES256", ec.generate_private_key(ec.SECP256R1())),
+    ):
+        algo = jwt.get_algorithm_by_name(alg)
+        keys = {"k": PyJWK(json.loads(algo.to_jwk(private.public_key())), algorithm=alg)}
+        claims = {"iss": "https://idp", "aud": "smg", "sub": "a", "tenant": "t", "exp": time.time() + 3600}
+        token = jwt.encode(claims, private, algorithm=alg, headers={"kid": "k"})
+        now = time.time()
+        assert not hasattr(verify_token(token, keys, rules, now=now), "reason")
+        check = functools.partial(verify_token, token, keys, rules, now=now)
+        out[f"jwt_{alg}_verify_us"] = round(_us_per_call(check, n), 2)
+    # The authenticator's path for a token it verified before (the common case: one token per client).
+    from node.auth.jwks import JwksCache
+    from node.auth.jwt_auth import JwtAuthenticator
+
+    cache = JwksCache(issuer="https://idp", jwks_url="", ssl_context=None, refresh_s=1e9)  # type: ignore[arg-type]
+    cache._keys, cache._fetched_at = keys, time.monotonic()  # preloaded: no fetch
+    auth = JwtAuthenticator(cache, rules)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(auth.authenticate(token))
+    start = time.process_time()
+    for _ in range(n):
+        loop.run_until_complete(auth.authenticate(token))
+    loop_overhead_start = time.process_time()
+
+    async def nothing() -> None:
+        return None
+
+    for _ in range(n):
+        loop.run_until_complete(nothing())
+    end = time.process_time()
+    loop.close()
+    out["jwt_cached_us"] = round(((loop_overhead_start - start) - (end - loop_overhead_start)) / n * 1e6, 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=50_000)
@@ -65,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     check_us = _us_per_call(lambda: authenticator.authenticate(key), args.n)
     wrong_us = _us_per_call(lambda: authenticator.authenticate(key[:-1] + "A"), args.n)
     with_auth, without = asyncio.run(_middleware_us(authenticator, key, args.n))
+    jwt_us = _jwt_us(max(1000, args.n // 10))
     result = {
+        **jwt_us,
         "api_key_check_us": round(check_us, 2),
         "wrong_key_check_us": round(wrong_us, 2),
         "middleware_added_us": round(with_auth - without, 2),

@@ -23,6 +23,7 @@ from aiohttp.typedefs import Middleware
 from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
 from node.auth.config import read_bootstrap_key
+from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.member import publish_http_addr, run_mesh
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
@@ -165,7 +166,10 @@ async def run_node(
         if config.auth.enforced(config.http.host):
             authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
             failures = metrics.auth_failures
-            middlewares.append(auth_middleware(authenticator, on_failure=lambda f: failures.labels(f.reason).inc()))
+            jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
+            middlewares.append(
+                auth_middleware(authenticator, jwt=jwt, on_failure=lambda f: failures.labels(f.reason).inc())
+            )
             middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
         else:
             log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)

@@ -13,7 +13,7 @@ from node.auth.records import KeyRecord
 #: The bootstrap admin key's identity: tenant "default" (an admin acts on the cluster, not a tenant).
 BOOTSTRAP_SUBJECT: Final = "bootstrap"
 
-Failure = Literal["missing", "malformed", "unknown", "revoked", "expired"]
+Failure = Literal["missing", "malformed", "unknown", "revoked", "expired", "invalid_token"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,10 @@ class AuthFailure:
     def message(self) -> str:
         if self.reason == "missing":
             return "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+        if self.reason == "invalid_token":
+            return "Invalid bearer token."
+        if self.reason == "expired" and self.key_id is None:
+            return "The bearer token has expired or is not yet valid."
         return "Incorrect API key provided."
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from node.auth.keys import KeyFormatError, parse_key
+from node.auth.algorithms import KEY_TYPES
+from node.auth.keys import KeyFormatError, Role, parse_key
 
 AuthMode = Literal["auto", "keys", "none"]
 
@@ -26,8 +27,9 @@ class AuthConfig:
     auth: AuthMode = field(
         default="auto",
         metadata={
-            "help": "who may call the node: keys (API keys required), none (open: say it explicitly on a "
-            "non-loopback address), auto (keys when a bootstrap key is given, else open on loopback only)"
+            "help": "who may call the node: keys (API keys or JWTs required), none (open: say it explicitly on a "
+            "non-loopback address), auto (required when a bootstrap key or a JWT issuer is given, else open on "
+            "loopback only)"
         },
     )
     auth_bootstrap_key_file: str = field(
@@ -44,7 +46,48 @@ class AuthConfig:
         metadata={"cli": False, "help": "the bootstrap admin API key itself (environment only)"},
     )
 
+    jwt_issuer: str = field(
+        default="",
+        metadata={
+            "help": "accept JWT bearer tokens of this OIDC issuer (https URL; its keys by discovery, "
+            "or --jwt-jwks-url); tokens must name it in 'iss'"
+        },
+    )
+    jwt_jwks_url: str = field(default="", metadata={"help": "the issuer's JWKS (https), instead of discovery"})
+    jwt_audience: tuple[str, ...] = field(
+        default=(), metadata={"help": "an accepted 'aud' (repeatable); none given: 'aud' is not checked"}
+    )
+    jwt_algorithms: tuple[str, ...] = field(
+        default=("RS256", "ES256"),
+        metadata={"help": f"accepted signature algorithms, of {', '.join(KEY_TYPES)} (never none or HMAC)"},
+    )
+    jwt_leeway_s: float = field(default=30.0, metadata={"help": "clock skew allowed on exp and nbf"})
+    jwt_tenant_claim: str = field(default="tenant", metadata={"help": "the claim naming the tenant (required)"})
+    jwt_role_claim: str = field(
+        default="role", metadata={"help": "the claim naming the role (a string or a list; the strongest wins)"}
+    )
+    jwt_default_role: Role = field(default="user", metadata={"help": "the role of a token without a role claim"})
+    jwt_ca_file: str = field(
+        default="", metadata={"help": "CA bundle (PEM) for the issuer's HTTPS; default: the system's"}
+    )
+    jwt_jwks_refresh_s: float = field(
+        default=300.0, metadata={"help": "the issuer's keys are fetched again this often (and on an unknown kid)"}
+    )
+
     def __post_init__(self) -> None:
+        bad = [a for a in self.jwt_algorithms if a not in KEY_TYPES]
+        if bad:
+            raise ValueError(
+                f"jwt_algorithms: {', '.join(bad)} not accepted (allowed: {', '.join(KEY_TYPES)}; none and HMAC never)"
+            )
+        for name in ("jwt_issuer", "jwt_jwks_url"):
+            url = getattr(self, name)
+            if url and not url.startswith("https://"):
+                raise ValueError(f"{name}: must be an https:// URL, got {url!r}")
+        if self.jwt_jwks_url and not self.jwt_issuer:
+            raise ValueError("jwt_jwks_url needs jwt_issuer (tokens' 'iss' is always checked)")
+        if self.jwt_leeway_s < 0 or self.jwt_jwks_refresh_s <= 0:
+            raise ValueError("jwt_leeway_s must be >= 0 and jwt_jwks_refresh_s > 0")
         if self.auth_bootstrap_key and self.auth_bootstrap_key_file:
             raise ValueError("auth_bootstrap_key: give the key by file or by environment, not both")
         if self.auth_bootstrap_key:
@@ -52,6 +95,10 @@ class AuthConfig:
                 parse_key(self.auth_bootstrap_key)
             except KeyFormatError as exc:
                 raise ValueError(f"auth_bootstrap_key: {exc}") from None
+
+    @property
+    def jwt_enabled(self) -> bool:
+        return bool(self.jwt_issuer)
 
     @property
     def has_bootstrap(self) -> bool:
@@ -64,7 +111,7 @@ class AuthConfig:
             return True
         if self.auth == "none":
             return False
-        if self.has_bootstrap:
+        if self.has_bootstrap or self.jwt_enabled:
             return True
         if is_loopback(host):
             return False
