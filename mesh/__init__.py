@@ -21,13 +21,15 @@ from mesh.errors import (
     TransportError,
 )
 from mesh.keyring import Keyring
-from mesh.member import Member, MemberState, NodeMeta, check_addr
+from mesh.member import Member, MemberState, NodeMeta, check_addr, check_member_addr
 from mesh.metrics import MeshMetrics
 from mesh.runtime import Mesh
 from mesh.swim import Swim
+from mesh.transport import WILDCARD_HOSTS, join_addr
 
 __all__ = [
     "MAX_CHANNEL_MSG_BYTES",
+    "WILDCARD_HOSTS",
     "BestEffortBroadcast",
     "Channels",
     "DecodeError",
@@ -52,4 +54,6 @@ __all__ = [
     "TlsError",
     "TransportError",
     "check_addr",
+    "check_member_addr",
+    "join_addr",
 ]

@@ -11,6 +11,12 @@ Stream frame (TCP), one request and one reply per connection::
 
     version:u8 type:u8 length:u32 payload[length]
     encrypted:  type = ENCRYPTED, payload = nonce AES-GCM(type:u8 body)+tag, aad = the 6 header bytes
+                (messages up to STREAM_SEAL_CHUNK_BYTES), or
+                type = ENCRYPTED_CHUNKS, payload = (nonce AES-GCM(chunk)+tag)*n: type:u8 body cut into chunks of
+                STREAM_SEAL_CHUNK_BYTES (the last shorter), chunk i sealed with aad = header u32(i) u8(i == n-1)
+    A receiver authenticates the first sealed chunk (``check_frame_prefix``) before reading the rest, so a
+    stranger cannot make it buffer a large frame; index and last flag in the aad stop reordering, dropping
+    or appending chunks.
 
 Integers are big-endian. ``str`` is u8 length + UTF-8; ``meta`` is str http_addr, str version, u8 count,
 (str key, str value)*count. Bodies (``seq``/``inc`` are u32)::
@@ -43,6 +49,7 @@ from mesh.limits import (
     MAX_MEMBERS,
     MAX_NAME_BYTES,
     MAX_PACKET_BYTES,
+    MAX_PREAUTH_BYTES,
     MAX_ROLES,
     MAX_STREAM_FRAME_BYTES,
     MAX_U32,
@@ -51,9 +58,10 @@ from mesh.limits import (
     NONCE_BYTES,
     PROTOCOL_VERSION,
     STREAM_HEADER_BYTES,
+    STREAM_SEAL_CHUNK_BYTES,
     TAG_BYTES,
 )
-from mesh.member import MemberState, NodeMeta, check_addr
+from mesh.member import MemberState, NodeMeta, check_member_addr
 from mesh.messages import (
     Ack,
     Alive,
@@ -194,14 +202,52 @@ def seal_packet(message: bytes, keyring: Keyring | None) -> bytes:
 
 
 def seal_frame(message: bytes, keyring: Keyring | None) -> bytes:
-    """A stream frame from one encoded message (type byte first), encrypted if a keyring is given."""
+    """A stream frame from one encoded message (type byte first), encrypted if a keyring is given: sealed
+    whole when it fits one chunk (what every version reads), else in chunks (ENCRYPTED_CHUNKS)."""
     if keyring is None:
         msg_type, body = message[0], message[1:]
         return _HEADER.pack(PROTOCOL_VERSION, msg_type, len(body)) + body
-    # The sealed payload's length is known before sealing: nonce + plaintext + tag.
-    sealed_len = len(message) + NONCE_BYTES + TAG_BYTES
-    header = _HEADER.pack(PROTOCOL_VERSION, MessageType.ENCRYPTED, sealed_len)
-    return header + keyring.seal(message, header)
+    if len(message) <= STREAM_SEAL_CHUNK_BYTES:
+        # The sealed payload's length is known before sealing: nonce + plaintext + tag.
+        sealed_len = len(message) + NONCE_BYTES + TAG_BYTES
+        header = _HEADER.pack(PROTOCOL_VERSION, MessageType.ENCRYPTED, sealed_len)
+        return header + keyring.seal(message, header)
+    chunks = [message[i : i + STREAM_SEAL_CHUNK_BYTES] for i in range(0, len(message), STREAM_SEAL_CHUNK_BYTES)]
+    header = _HEADER.pack(
+        PROTOCOL_VERSION, MessageType.ENCRYPTED_CHUNKS, len(message) + len(chunks) * (NONCE_BYTES + TAG_BYTES)
+    )
+    out = bytearray(header)
+    for index, chunk in enumerate(chunks):
+        out += keyring.seal(chunk, _chunk_aad(header, index, index == len(chunks) - 1))
+    return bytes(out)
+
+
+def _chunk_aad(header: bytes, index: int, last: bool) -> bytes:
+    return header + _U32.pack(index) + (b"\x01" if last else b"\x00")
+
+
+def _chunk_spans(length: int) -> list[int]:
+    """Sizes of the sealed chunks of an ENCRYPTED_CHUNKS payload of ``length`` bytes. Raises DecodeError."""
+    full = MAX_PREAUTH_BYTES
+    spans = [full] * (length // full)
+    rest = length % full
+    if rest:
+        if rest <= NONCE_BYTES + TAG_BYTES:
+            raise DecodeError("sealed chunk shorter than nonce + tag")
+        spans.append(rest)
+    if not spans:
+        raise DecodeError("empty chunked frame")
+    return spans
+
+
+def _open_chunks(header: bytes, payload: bytes, keyring: Keyring) -> bytes:
+    spans = _chunk_spans(len(payload))
+    out = bytearray()
+    pos = 0
+    for index, size in enumerate(spans):
+        out += keyring.open(payload[pos : pos + size], _chunk_aad(header, index, index == len(spans) - 1))
+        pos += size
+    return bytes(out)
 
 
 # -- decoding ---------------------------------------------------------------------------------------------
@@ -257,9 +303,12 @@ class _Reader:
             raise DecodeError("truncated")
         self.pos = end
         try:
-            return buf[pos + 1 : end].decode("utf-8")
+            value = buf[pos + 1 : end].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise DecodeError("string is not UTF-8") from exc
+        if not value.isprintable():
+            raise DecodeError(f"unprintable character in {value!r}")
+        return value
 
     def name(self) -> str:
         value = self.text(MAX_NAME_BYTES)
@@ -270,7 +319,7 @@ class _Reader:
     def addr(self) -> str:
         value = self.text(MAX_ADDR_BYTES)
         if not _valid_addr(value):
-            raise DecodeError(f"member address: expected host:port, got {value!r}")
+            raise DecodeError(f"member address: expected ip:port, got {value!r}")
         return value
 
     def meta(self) -> NodeMeta:
@@ -290,7 +339,7 @@ class _Reader:
 @functools.lru_cache(maxsize=4096)
 def _valid_addr(value: str) -> bool:
     try:
-        check_addr(value)
+        check_member_addr(value)
     except ValueError:
         return False
     return True
@@ -412,6 +461,9 @@ def open_packet(data: bytes, keyring: Keyring | None) -> list[Message]:
     return decode_messages(data[1:])
 
 
+_SEALED_FRAME_TYPES = frozenset({MessageType.ENCRYPTED, MessageType.ENCRYPTED_CHUNKS})
+
+
 def frame_length(header: bytes) -> int:
     """Payload length announced by a stream frame header. Raises DecodeError if it is unacceptable."""
     if len(header) != STREAM_HEADER_BYTES:
@@ -419,7 +471,7 @@ def frame_length(header: bytes) -> int:
     version, msg_type, length = _HEADER.unpack(header)
     if version != PROTOCOL_VERSION:
         raise DecodeError(f"unsupported protocol version {version}")
-    if msg_type not in _DECODERS and msg_type != MessageType.ENCRYPTED:
+    if msg_type not in _DECODERS and msg_type not in _SEALED_FRAME_TYPES:
         raise DecodeError(f"unexpected frame type {msg_type}")
     if length > MAX_STREAM_FRAME_BYTES:
         raise DecodeError(f"frame of {length} bytes exceeds {MAX_STREAM_FRAME_BYTES}")
@@ -436,9 +488,41 @@ def open_frame(frame: bytes, keyring: Keyring | None) -> Message:
     msg_type = header[1]
     stream_types = frozenset(_DECODERS)
     if keyring is not None:
-        if msg_type != MessageType.ENCRYPTED:
-            raise DecryptError("unencrypted frame while a keyring is configured")
-        return _decode_one(keyring.open(payload, header), stream_types)
-    if msg_type == MessageType.ENCRYPTED:
+        if msg_type == MessageType.ENCRYPTED:
+            return _decode_one(keyring.open(payload, header), stream_types)
+        if msg_type == MessageType.ENCRYPTED_CHUNKS:
+            return _decode_one(_open_chunks(header, payload, keyring), stream_types)
+        raise DecryptError("unencrypted frame while a keyring is configured")
+    if msg_type in _SEALED_FRAME_TYPES:
         raise DecryptError("encrypted frame but no keyring is configured")
     return _decode_one(bytes([msg_type]) + payload, stream_types)
+
+
+def check_frame_prefix(prefix: bytes, keyring: Keyring | None) -> None:
+    """Authenticate an inbound frame from its header and first ``min(length, MAX_PREAUTH_BYTES)`` payload
+    bytes, before the rest is read; given the header alone, check what it tells (its type).
+
+    With a keyring the frame must be encrypted and its first sealed chunk must open (a frame sealed whole
+    must fit MAX_PREAUTH_BYTES: an older node's larger one cannot be authenticated before it is buffered).
+    Without one there is nothing to authenticate, but an encrypted frame is refused at once. Raises
+    DecodeError or DecryptError."""
+    header, first = prefix[:STREAM_HEADER_BYTES], prefix[STREAM_HEADER_BYTES:]
+    length = frame_length(header)
+    msg_type = header[1]
+    if keyring is None:
+        if msg_type in _SEALED_FRAME_TYPES:
+            raise DecryptError("encrypted frame but no keyring is configured")
+        return
+    if msg_type not in _SEALED_FRAME_TYPES:
+        raise DecryptError("unencrypted frame while a keyring is configured")
+    if not first and length:
+        return  # the header alone: its type is acceptable; the payload is checked when it is here
+    if msg_type == MessageType.ENCRYPTED:
+        if length > len(first):
+            raise DecryptError(
+                f"frame sealed whole is {length} bytes, over {MAX_PREAUTH_BYTES}: not authenticable first"
+            )
+        keyring.open(first, header)
+    else:
+        spans = _chunk_spans(length)
+        keyring.open(first[: spans[0]], _chunk_aad(header, 0, len(spans) == 1))

@@ -39,6 +39,15 @@ TAG_BYTES: Final = 16
 #: Bytes an encrypted packet adds around its plaintext: the ENCRYPTED type byte, nonce and tag.
 ENCRYPTION_OVERHEAD: Final = 1 + NONCE_BYTES + TAG_BYTES
 
+#: Plaintext bytes per sealed chunk of a large encrypted stream frame (ENCRYPTED_CHUNKS). A receiver reads
+#: and authenticates the first chunk before it accepts more, so a stranger without the key makes it hold at
+#: most one sealed chunk per stream. 64 KiB holds the push-pull of ~80 members: most frames are one chunk.
+STREAM_SEAL_CHUNK_BYTES: Final = 64 * 1024
+
+#: What an inbound stream may send before it is authenticated: one sealed chunk (a small encrypted frame is
+#: sealed whole, as one such chunk, so older nodes still read it).
+MAX_PREAUTH_BYTES: Final = STREAM_SEAL_CHUNK_BYTES + NONCE_BYTES + TAG_BYTES
+
 #: Compound message header: type byte + part count byte.
 COMPOUND_HEADER_BYTES: Final = 2
 
@@ -90,3 +99,46 @@ MAX_U32: Final = 0xFFFF_FFFF
 #: Push-pull interval scaling kicks in above this many members (memberlist's pushPullScaleThreshold), so
 #: full-state exchange cost per node stays bounded as the cluster grows.
 PUSH_PULL_SCALE_THRESHOLD: Final = 32
+
+# -- inbound streams (memory a stranger can make us hold before we know who it is) -------------------------
+
+#: Inbound streams served at once, in total. A stream is one request (join, push-pull, fallback ping) and
+#: lasts milliseconds; even 200 members joining through one seed at once only retry (join backs off), while
+#: a flood of connections holds at most this many handlers and their read buffers.
+MAX_INBOUND_STREAMS: Final = 64
+
+#: Inbound streams served at once from one peer address. A member has at most a push-pull and a fallback
+#: ping in flight to us; several processes of one host (serve --processes N) share an address.
+MAX_INBOUND_STREAMS_PER_HOST: Final = 8
+
+#: Frame bytes all inbound streams together may hold while a frame is being read. Two frames of the largest
+#: size fit (a push-pull of a big cluster arriving while another is read); a flood of streams announcing
+#: large frames is refused once it is reached, instead of buffering MAX_STREAM_FRAME_BYTES per connection.
+#: The whole frame is then joined once, so the transient peak is about twice this.
+MAX_INBOUND_BUFFER_BYTES: Final = 2 * MAX_STREAM_FRAME_BYTES
+
+#: A stream frame's body is read (and accounted against MAX_INBOUND_BUFFER_BYTES) in pieces of this size,
+#: so a connection holds no more than it has actually sent.
+STREAM_READ_CHUNK_BYTES: Final = 64 * 1024
+
+#: The frame header and the first MAX_PREAUTH_BYTES of the payload (what authenticates the stream) must
+#: arrive this soon after the connection is accepted: a member writes its whole request at once, 64 KiB take
+#: milliseconds on a LAN and well under a second on a WAN link, so only an idle or hostile connection takes
+#: longer (capped by tcp_timeout_s).
+STREAM_PREAUTH_TIMEOUT_S: Final = 2.0
+
+#: At most one log line per this many seconds for each kind of refused input (streams refused, malformed
+#: packets, implausible incarnations); the counters in MeshMetrics count every one.
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+
+# -- incarnations ---------------------------------------------------------------------------------------------
+
+#: Largest step by which a message may raise the incarnation we know of a member (ourselves included). Only
+#: the member itself raises it, by one per refutation or metadata change, so a real message is a few steps
+#: ahead of our view; a larger jump can only be forged, and would leave the member unable to out-bid it
+#: (incarnations are u32). Walking a member to the top takes 2**32 / this many accepted messages instead of one.
+MAX_INCARNATION_JUMP: Final = 1 << 16
+
+#: Largest incarnation an accusation (suspect, dead) may name, so that the accused can always refute it with
+#: a higher one (a refutation is the accused incarnation + 1; above MAX_U32 there is none).
+MAX_ACCUSED_INCARNATION: Final = MAX_U32 - 1

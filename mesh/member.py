@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -24,25 +25,48 @@ class MemberState(IntEnum):
 
 
 def _str_bytes(value: str, what: str, limit: int) -> int:
+    """UTF-8 size of ``value``. Raises ValueError past ``limit`` bytes or for an unprintable character (control
+    characters, line separators: names and labels end up in logs, tables and metrics labels)."""
     size = len(value.encode("utf-8"))
     if size > limit:
         raise ValueError(f"{what}: {size} bytes exceeds the limit of {limit}")
+    if not value.isprintable():
+        raise ValueError(f"{what}: unprintable character in {value!r}")
     return size
 
 
 def check_name(name: str) -> None:
-    """Raises ValueError if a member name is empty or longer than MAX_NAME_BYTES."""
+    """Raises ValueError if a member name is empty, unprintable or longer than MAX_NAME_BYTES."""
     if not name:
         raise ValueError("member name: must not be empty")
     _str_bytes(name, "member name", MAX_NAME_BYTES)
 
 
 def check_addr(addr: str) -> None:
-    """Raises ValueError if an address is not "host:port" within MAX_ADDR_BYTES."""
+    """Raises ValueError if an address is not "host:port" within MAX_ADDR_BYTES (host may be a DNS name:
+    seeds given to join)."""
     _str_bytes(addr, "member address", MAX_ADDR_BYTES)
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise ValueError(f"member address: expected host:port, got {addr!r}")
+
+
+def check_member_addr(addr: str) -> None:
+    """Raises ValueError unless ``addr`` is "ip:port" with a literal IPv4 or bracketed IPv6 address that can
+    be sent to: a member's address as gossiped. Never a name (resolving it would block the event loop, and
+    a hostile one could make us resolve without end), nor an unspecified, multicast or broadcast address
+    (a forged member there would turn our probes into traffic to everyone)."""
+    check_addr(addr)
+    host = addr.rpartition(":")[0]
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        ip = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        raise ValueError(f"member address: expected a literal IP address, got {addr!r}") from None
+    if bracketed != (ip.version == 6):
+        raise ValueError(f"member address: IPv6 addresses are bracketed, IPv4 ones are not, got {addr!r}")
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        raise ValueError(f"member address: {ip} cannot be a member's address")
 
 
 @dataclass(frozen=True, slots=True)

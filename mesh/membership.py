@@ -8,10 +8,25 @@ Rules (SWIM with memberlist's refinements), for a message about member M with in
   * a name at a new address is a conflict unless the old member left, or has been dead for
     ``dead_node_reclaim_time_s`` (or was reaped).
 Every accepted change is re-broadcast (newer updates about M replace older ones in the queue).
+
+Incarnations from the network are checked first (``plausible``), because a forged one could otherwise
+evict a live member for good: incarnations are u32, a member refutes with the accused incarnation + 1, and
+memberlist accepts any value -- a "dead" at 2**32-1 leaves nothing to refute with (memberlist wraps to 0,
+which loses too). So:
+  * an accusation (suspect, dead) must name at most MAX_ACCUSED_INCARNATION (2**32-2): a refutation fits;
+  * no message may raise a known member's incarnation (ours included) by more than MAX_INCARNATION_JUMP.
+    Only a member raises its own incarnation, one step per refutation or metadata change, so real messages
+    are a few steps ahead of what we know -- also after a restart, when a member learns its previous life's
+    incarnation from an accusation and refutes it. Members we do not know yet take any incarnation.
+Refused messages are dropped, counted (``incarnations_refused``) and logged (rate-limited). A forger who can
+send packets (no keyring) can still accuse a member at its current incarnation -- which it refutes at once --
+or walk it up in steps; reaching the top takes 2**16 accepted forgeries, where there the member keeps its
+last incarnation and only its metadata can be pinned. Against forgers, use a keyring.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,14 +36,23 @@ from mesh.broadcast import BroadcastQueue
 from mesh.codec import encode_message
 from mesh.config import MeshConfig
 from mesh.delegate import EventDelegate
-from mesh.limits import MAX_FAILED_REMEMBERED, MAX_MEMBERS, MAX_U32
+from mesh.limits import (
+    MAX_ACCUSED_INCARNATION,
+    MAX_FAILED_REMEMBERED,
+    MAX_INCARNATION_JUMP,
+    MAX_MEMBERS,
+    MAX_U32,
+)
 from mesh.member import Member, MemberState, NodeMeta
 from mesh.messages import Alive, Dead, PushPullMember, Suspect
 from mesh.metrics import Counters
+from mesh.ratelog import RefusalLog
 from mesh.suspicion import Suspicion, suspicion_timeout
 from mesh.timers import Timer, Timers
 
 ALIVE, SUSPECT, DEAD, LEFT = MemberState.ALIVE, MemberState.SUSPECT, MemberState.DEAD, MemberState.LEFT
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True, eq=False)
@@ -76,6 +100,7 @@ class Membership:
         self.failed: dict[str, tuple[str, float, MemberState]] = {}
         self.leaving = False
         self.leave_broadcast_done = False
+        self._refusals = RefusalLog(log)
 
     # -- views --
 
@@ -138,6 +163,24 @@ class Membership:
         out = [n.addr for n in self.nodes.values() if n.state in horizons and now - n.state_change < horizons[n.state]]
         out.extend(addr for addr, died, state in self.failed.values() if now - died < horizons[state])
         return out
+
+    def plausible(self, now: float, update: Alive | Suspect | Dead, source: str) -> bool:
+        """Whether an update from the network may be applied (see the module docstring); counts and logs
+        the refused ones. ``source`` names where it came from, for the log."""
+        accusation = not isinstance(update, Alive)
+        node = self.nodes.get(update.node)
+        inc = update.incarnation
+        if accusation and inc > MAX_ACCUSED_INCARNATION:
+            why = f"above {MAX_ACCUSED_INCARNATION}, which would leave nothing to refute with"
+        elif node is not None and inc > node.incarnation + MAX_INCARNATION_JUMP:
+            why = f"{inc - node.incarnation} steps above the known {node.incarnation}"
+        else:
+            return True
+        self._counters.incarnations_refused += 1
+        kind = type(update).__name__.lower()
+        detail = f"{kind} about {update.node!r} at incarnation {inc} from {source}: {why}"
+        self._refusals.refused(now, "implausible incarnation refused", detail)
+        return False
 
     # -- transitions --
 
@@ -259,6 +302,9 @@ class Membership:
             return
         if node is self.local:
             if not self.leaving:
+                self._refusals.refused(
+                    now, "declared dead by a peer, refuting", f"{d.sender!r} at incarnation {d.incarnation}"
+                )
                 self.refute(now, d.incarnation)
                 return
             self._broadcasts.queue(encode_message(d), name=d.node, on_done=self._leave_sent)
@@ -294,15 +340,24 @@ class Membership:
         alive = Alive(local.incarnation, local.name, local.addr, local.meta)
         self._broadcasts.queue(encode_message(alive), name=local.name)
 
-    def merge(self, now: float, members: Iterable[PushPullMember]) -> None:
+    def merge(self, now: float, members: Iterable[PushPullMember], source: str) -> None:
         """Merge a peer's full state. A peer's "dead" only makes us suspect: we check for ourselves."""
         for r in members:
+            update: Alive | Suspect | Dead
             if r.state == ALIVE:
-                self.alive(now, Alive(r.incarnation, r.name, r.addr, r.meta))
+                update = Alive(r.incarnation, r.name, r.addr, r.meta)
             elif r.state == LEFT:
-                self.dead(now, Dead(r.incarnation, r.name, r.name))
+                update = Dead(r.incarnation, r.name, r.name)
             else:
-                self.suspect(now, Suspect(r.incarnation, r.name, self.local.name))
+                update = Suspect(r.incarnation, r.name, self.local.name)
+            if not self.plausible(now, update, source):
+                continue
+            if isinstance(update, Alive):
+                self.alive(now, update)
+            elif isinstance(update, Dead):
+                self.dead(now, update)
+            else:
+                self.suspect(now, update)
 
     def leave(self, now: float) -> None:
         """Announce a graceful departure; ``leave_broadcast_done`` turns true once it was gossiped."""

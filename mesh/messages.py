@@ -26,6 +26,8 @@ class MessageType(IntEnum):
     COMPOUND = 9
     USER = 10
     ENCRYPTED = 11
+    #: A stream frame sealed in chunks, each authenticated on its own (large frames under a keyring).
+    ENCRYPTED_CHUNKS = 12
 
 
 @dataclass(frozen=True, slots=True)

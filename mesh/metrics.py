@@ -5,6 +5,9 @@ Prometheus series. ``malformed_packets`` counts every inbound packet or frame dr
 oversized or of the wrong version; ``decrypt_failures`` the ones no key authenticated.
 ``tls_handshake_failures`` is the asyncio shell's (TLS lives in the transport, not the core): streams
 whose mutual TLS failed, inbound (no certificate, or one the cluster CA did not sign) and outbound.
+``streams_refused`` is the shell's too: inbound streams closed for exceeding a bound (too many at once, in
+total or from one address; the shared frame buffer full; no header in time). ``incarnations_refused`` counts
+membership messages dropped for an implausible incarnation (see membership.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Counters:
     streams_failed: int = 0
     push_pulls: int = 0
     relays_dropped: int = 0
+    incarnations_refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +67,9 @@ class MeshMetrics:
     streams_failed: int
     push_pulls: int
     relays_dropped: int
+    incarnations_refused: int
     tls_handshake_failures: int = 0
+    streams_refused: int = 0
 
     @classmethod
     def build(cls, counters: Counters, by_state: tuple[int, int, int, int], health_score: int) -> MeshMetrics:

@@ -26,7 +26,7 @@ from mesh.config import MeshConfig
 from mesh.delegate import Delegate, EventDelegate
 from mesh.errors import JoinError, MeshStateError, TransportError
 from mesh.keyring import Keyring
-from mesh.member import Member, NodeMeta, check_addr
+from mesh.member import Member, NodeMeta, check_addr, check_member_addr
 from mesh.metrics import MeshMetrics
 from mesh.swim import Swim
 from mesh.tls import TlsContexts
@@ -75,7 +75,8 @@ class Mesh:
         await self.shutdown()
 
     async def start(self) -> None:
-        """Bind the sockets and start probing. Raises TransportError, KeyringError, TlsError, MeshStateError."""
+        """Bind the sockets and start probing. Raises TransportError, KeyringError, TlsError, MeshStateError, and
+        ValueError when the address we would advertise is not a literal IP (members gossip addresses, never names)."""
         if self._swim is not None:
             raise MeshStateError("mesh already started")
         config = self.config
@@ -85,6 +86,7 @@ class Mesh:
         host = config.advertise_addr or config.bind_addr
         if host in WILDCARD_HOSTS:
             raise MeshStateError("advertise_addr is required when bind_addr is a wildcard address")
+        check_member_addr(join_addr(host, config.advertise_port or 1))  # before binding: nothing to undo
         tls = None
         if config.tls_enabled:
             tls = TlsContexts.load(config.tls_cert_file, config.tls_key_file, config.tls_ca_file)
@@ -96,6 +98,7 @@ class Mesh:
             config.bind_port,
             on_packet=self._on_packet,
             on_stream=self._on_stream,
+            admit_stream=self._admit_stream,
             stream_timeout_s=config.tcp_timeout_s,
             tls=tls,
         )
@@ -154,7 +157,12 @@ class Mesh:
     def metrics(self) -> MeshMetrics:
         metrics = self._core.metrics()
         assert self._transport is not None  # _core checked it
-        return dataclasses.replace(metrics, tls_handshake_failures=self._transport.tls_handshake_failures)
+        transport = self._transport
+        return dataclasses.replace(
+            metrics,
+            tls_handshake_failures=transport.tls_handshake_failures,
+            streams_refused=transport.streams_refused,
+        )
 
     def update_meta(self, meta: NodeMeta) -> None:
         self._core.update_meta(self._now(), meta)
@@ -234,6 +242,15 @@ class Mesh:
             reply = None
         self._pump()
         return reply
+
+    def _admit_stream(self, prefix: bytes, addr: str) -> bool:
+        if self._swim is None:
+            return False
+        try:
+            return self._swim.admit_stream(self._now(), prefix, addr)
+        except Exception:
+            log.exception("mesh: stream admission failed")
+            return False
 
     def _on_timer(self) -> None:
         self._timer = None

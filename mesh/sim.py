@@ -26,6 +26,7 @@ from mesh.actions import SendPacket, StreamRequest
 from mesh.config import MeshConfig
 from mesh.delegate import Delegate
 from mesh.keyring import Keyring
+from mesh.limits import MAX_PREAUTH_BYTES, STREAM_HEADER_BYTES
 from mesh.member import Member, MemberState, NodeMeta
 from mesh.swim import Swim
 
@@ -385,7 +386,10 @@ class SimNetwork:
         data, from_addr = req.data, src.addr
 
         def serve() -> None:
-            reply = dst.swim.handle_stream(self.now, data, from_addr)
+            # As the asyncio shell does: admit on the header and first bytes, then the whole frame.
+            prefix = data[: STREAM_HEADER_BYTES + MAX_PREAUTH_BYTES]
+            admitted = dst.swim.admit_stream(self.now, prefix, from_addr)
+            reply = dst.swim.handle_stream(self.now, data, from_addr) if admitted else None
             delay = back.delay_s + self.rng.random() * back.jitter_s
             self._at(self.now + delay, lambda: self._deliver(src, lambda: finish(reply)))
 

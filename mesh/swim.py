@@ -16,6 +16,7 @@ Dissemination: every packet carries as many queued broadcasts as fit; gossip rou
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from mesh.actions import Action
 from mesh.awareness import Awareness
 from mesh.broadcast import BroadcastQueue
-from mesh.codec import encode_message, open_frame, open_packet, seal_frame
+from mesh.codec import check_frame_prefix, encode_message, open_frame, open_packet, seal_frame
 from mesh.config import MeshConfig
 from mesh.delegate import Delegate, EventDelegate
 from mesh.errors import DecodeError, DecryptError, MeshStateError
@@ -34,7 +35,7 @@ from mesh.limits import (
     MAX_USER_STATE_BYTES,
     PUSH_PULL_SCALE_THRESHOLD,
 )
-from mesh.member import Member, MemberState, NodeMeta, check_addr, check_name
+from mesh.member import Member, MemberState, NodeMeta, check_member_addr, check_name
 from mesh.membership import Membership, NodeState
 from mesh.messages import (
     Ack,
@@ -50,6 +51,7 @@ from mesh.messages import (
 )
 from mesh.metrics import Counters, MeshMetrics
 from mesh.outbox import Outbox
+from mesh.ratelog import RefusalLog
 from mesh.timers import Timer, Timers
 
 #: A relay nacks after this fraction of the requester's indirect-probe window (probe interval minus probe
@@ -57,6 +59,8 @@ from mesh.timers import Timer, Timers
 #: (500 ms of a 1 s interval) lands the nack just *after* the requester's deadline, so the requester always
 #: counts it missing and its health score climbs on every real failure. 20% leaves room for the round trip.
 _NACK_FRACTION = 0.8
+
+log = logging.getLogger(__name__)
 
 
 def push_pull_scale(interval_s: float, n: int) -> float:
@@ -96,6 +100,7 @@ class _FallbackPing:
 @dataclass(frozen=True, slots=True)
 class _PushPullCall:
     join: bool
+    addr: str
 
 
 class Swim:
@@ -113,8 +118,8 @@ class Swim:
         delegate: Delegate | None = None,
         events: EventDelegate | None = None,
     ) -> None:
-        """``addr`` is our advertised "host:port". Raises ValueError on a bad name or address."""
-        check_addr(addr)
+        """``addr`` is our advertised "ip:port". Raises ValueError on a bad name or address."""
+        check_member_addr(addr)
         name = config.node_name or addr
         check_name(name)
         self.config = config
@@ -133,6 +138,7 @@ class Swim:
         self._probe: _Probe | None = None
         self._streams: dict[int, _FallbackPing | _PushPullCall] = {}
         self._stopped = False
+        self._refusals = RefusalLog(log)
         window = min(config.probe_timeout_s, config.probe_interval_s - config.probe_timeout_s)
         self._nack_after_s = _NACK_FRACTION * window
         local = NodeState(name, addr, meta or NodeMeta(), 0, MemberState.ALIVE, now)
@@ -183,11 +189,13 @@ class Swim:
         counters.bytes_in += len(data)
         try:
             messages = open_packet(data, self._keyring)
-        except DecryptError:
+        except DecryptError as exc:
             counters.decrypt_failures += 1
+            self._refusals.refused(now, "undecryptable packet dropped", f"{exc} (from {from_addr})")
             return
-        except DecodeError:
+        except DecodeError as exc:
             counters.malformed_packets += 1
+            self._refusals.refused(now, "malformed packet dropped", f"{exc} (from {from_addr})", logging.INFO)
             return
         # Requests that we answer (ping, ping-req) go last, so that an ack carries whatever the rest of
         # the packet provoked -- above all the refutation of a suspicion riding on the ping (buddy system).
@@ -198,6 +206,24 @@ class Swim:
             if isinstance(msg, Ping | IndirectPing):
                 self._dispatch(now, msg, from_addr)
 
+    def admit_stream(self, now: float, prefix: bytes, from_addr: str) -> bool:
+        """Whether to read the rest of an inbound stream frame, given its header and first
+        min(length, MAX_PREAUTH_BYTES) payload bytes: with a keyring, only once they authenticate. A refusal
+        is counted and logged like a bad frame."""
+        if self._stopped:
+            return False
+        try:
+            check_frame_prefix(prefix, self._keyring)
+        except DecryptError as exc:
+            self._counters.decrypt_failures += 1
+            self._refusals.refused(now, "undecryptable stream dropped", f"{exc} (from {from_addr})")
+            return False
+        except DecodeError as exc:
+            self._counters.malformed_packets += 1
+            self._refusals.refused(now, "malformed stream dropped", f"{exc} (from {from_addr})", logging.INFO)
+            return False
+        return True
+
     def handle_stream(self, now: float, frame: bytes, from_addr: str) -> bytes | None:
         """One inbound stream request frame; returns the reply frame, or None to just close."""
         if self._stopped:
@@ -207,11 +233,13 @@ class Swim:
         counters.bytes_in += len(frame)
         try:
             msg = open_frame(frame, self._keyring)
-        except DecryptError:
+        except DecryptError as exc:
             counters.decrypt_failures += 1
+            self._refusals.refused(now, "undecryptable stream dropped", f"{exc} (from {from_addr})")
             return None
-        except DecodeError:
+        except DecodeError as exc:
             counters.malformed_packets += 1
+            self._refusals.refused(now, "malformed stream dropped", f"{exc} (from {from_addr})", logging.INFO)
             return None
         reply: bytes | None = None
         if isinstance(msg, Ping):
@@ -220,7 +248,7 @@ class Swim:
         elif isinstance(msg, PushPull):
             # Reply with our state as it was before merging theirs (memberlist's order).
             reply = self._push_pull_frame(msg.join)
-            self._merge(now, msg)
+            self._merge(now, msg, from_addr)
         else:
             counters.malformed_packets += 1
         if reply is not None:
@@ -252,7 +280,7 @@ class Swim:
                 return True
             return False
         if isinstance(msg, PushPull):
-            self._merge(now, msg)
+            self._merge(now, msg, call.addr)
             return True
         counters.malformed_packets += 1
         return False
@@ -320,11 +348,14 @@ class Swim:
         elif isinstance(msg, Ack):
             self._on_ack(msg.seq)
         elif isinstance(msg, Alive):
-            members.alive(now, msg)
+            if members.plausible(now, msg, from_addr):
+                members.alive(now, msg)
         elif isinstance(msg, Suspect):
-            members.suspect(now, msg)
+            if members.plausible(now, msg, from_addr):
+                members.suspect(now, msg)
         elif isinstance(msg, Dead):
-            members.dead(now, msg)
+            if members.plausible(now, msg, from_addr):
+                members.dead(now, msg)
         elif isinstance(msg, IndirectPing):
             self._relay(now, msg)
         elif isinstance(msg, Nack):
@@ -474,7 +505,7 @@ class Swim:
 
     def _request_push_pull(self, now: float, addr: str, *, join: bool) -> int:
         token = self._next_token()
-        self._streams[token] = _PushPullCall(join)
+        self._streams[token] = _PushPullCall(join, addr)
         self._out.stream(token, addr, self._push_pull_frame(join), now + self.config.tcp_timeout_s)
         return token
 
@@ -485,9 +516,9 @@ class Swim:
         msg = PushPull(join, self._members.push_pull_state(), user_state)
         return seal_frame(encode_message(msg), self._keyring)
 
-    def _merge(self, now: float, msg: PushPull) -> None:
+    def _merge(self, now: float, msg: PushPull, source: str) -> None:
         self._counters.push_pulls += 1
-        self._members.merge(now, msg.members)
+        self._members.merge(now, msg.members, source)
         if self._delegate is not None:
             self._delegate.merge_remote_state(msg.user_state, msg.join)
 

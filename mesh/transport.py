@@ -5,8 +5,18 @@ per connection (join, push-pull, fallback ping). Socket errors are mapped to Tra
 Addresses are "host:port" strings with literal IPs ("[::1]:7946" for IPv6), never names to resolve.
 
 With TLS contexts (mesh/tls.py) every stream is mutual TLS, both ways; a failed handshake is counted and
-logged, never raised past the listener. Outgoing streams leave from the bind address when it is a specific
-one, so peers see the address we advertise (several members on 127.0.0.x of one host).
+logged, never raised past the listener.
+
+Inbound streams are bounded before anything is known of the peer (mesh/limits.py): at most
+MAX_INBOUND_STREAMS at once and MAX_INBOUND_STREAMS_PER_HOST per address; the frame header and its first
+MAX_PREAUTH_BYTES within STREAM_PREAUTH_TIMEOUT_S, then handed to ``admit`` (the core authenticates them
+with the keyring) before anything more is read; the whole request within the stream timeout; the frame
+read in pieces accounted against one budget (MAX_INBOUND_BUFFER_BYTES) shared by all inbound streams. A
+stream over a bound is closed, counted (``streams_refused``) and logged (rate-limited); one that does not
+authenticate is closed and counted by the core.
+
+Outgoing streams leave from the bind address when it is a specific one, so peers see the address we
+advertise (several members on 127.0.0.x of one host).
 """
 
 from __future__ import annotations
@@ -23,7 +33,16 @@ from typing import Protocol
 
 from mesh.codec import frame_length
 from mesh.errors import DecodeError, TransportError
-from mesh.limits import STREAM_HEADER_BYTES
+from mesh.limits import (
+    MAX_INBOUND_BUFFER_BYTES,
+    MAX_INBOUND_STREAMS,
+    MAX_INBOUND_STREAMS_PER_HOST,
+    MAX_PREAUTH_BYTES,
+    STREAM_HEADER_BYTES,
+    STREAM_PREAUTH_TIMEOUT_S,
+    STREAM_READ_CHUNK_BYTES,
+)
+from mesh.ratelog import RefusalLog
 from mesh.tls import TlsContexts, on_handshake_failure
 
 log = logging.getLogger(__name__)
@@ -31,6 +50,9 @@ log = logging.getLogger(__name__)
 PacketCallback = Callable[[bytes, str], None]
 #: Called with a whole inbound frame (or just its header if the header is unacceptable); returns the reply.
 StreamCallback = Callable[[bytes, str], "bytes | None"]
+#: Called with an inbound frame's header, then with it and its first min(length, MAX_PREAUTH_BYTES) payload
+#: bytes: whether to read on (False: close the stream; the callee counts why).
+AdmitCallback = Callable[[bytes, str], bool]
 
 #: Attempts to find a port free for both UDP and TCP when binding port 0.
 _BIND_ATTEMPTS = 16
@@ -67,6 +89,11 @@ class Transport(Protocol):
         """TLS handshakes that failed, inbound and outbound (0 without TLS)."""
         ...
 
+    @property
+    def streams_refused(self) -> int:
+        """Inbound streams closed for exceeding a bound (count, buffer budget, header deadline)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -82,16 +109,29 @@ class _Datagrams(asyncio.DatagramProtocol):
         log.debug("udp error: %s", exc)
 
 
+class _Refused(Exception):
+    """An inbound stream exceeded a bound; the message says which."""
+
+
 class _Streams:
     """The inbound side of streams: one owned task per connection, one frame in and one reply out within
-    ``timeout_s``; over mutual TLS when given a server context, the handshake bounded by ``timeout_s`` too."""
+    ``timeout_s``; over mutual TLS when given a server context, the handshake bounded by ``timeout_s`` too.
+    Every bound of the module docstring is enforced here."""
 
-    def __init__(self, on_stream: StreamCallback, timeout_s: float, tls: ssl.SSLContext | None) -> None:
+    def __init__(
+        self, on_stream: StreamCallback, admit: AdmitCallback, timeout_s: float, tls: ssl.SSLContext | None
+    ) -> None:
         self.handlers: set[asyncio.Task[None]] = set()
         self.tls_failures = 0
+        self.refused = 0
+        #: Frame bytes held by the streams being read, against MAX_INBOUND_BUFFER_BYTES.
+        self.buffered = 0
+        self._per_host: dict[str, int] = {}
         self._on_stream = on_stream
+        self._admit = admit
         self._timeout_s = timeout_s
         self._tls = tls
+        self._refusals = RefusalLog(log)
         if tls is not None:
             on_handshake_failure(tls, self._tls_failed)
 
@@ -114,27 +154,80 @@ class _Streams:
         self.tls_failures += 1
         log.info("mesh: inbound TLS handshake refused: %s", _reason(exc))
 
+    def _refuse(self, peer: str, why: str) -> None:
+        self.refused += 1
+        self._refusals.refused(asyncio.get_running_loop().time(), "inbound stream refused", f"{why} (from {peer})")
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer(writer.get_extra_info("peername"))
+        host = split_addr(peer)[0] if peer != "?:0" else peer
+        if len(self.handlers) >= MAX_INBOUND_STREAMS:
+            self._refuse(peer, f"{MAX_INBOUND_STREAMS} streams already open")
+            writer.close()
+            return
+        if self._per_host.get(host, 0) >= MAX_INBOUND_STREAMS_PER_HOST:
+            self._refuse(peer, f"{MAX_INBOUND_STREAMS_PER_HOST} streams already open from {host}")
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self.handlers.add(task)
-        peer = _peer(writer.get_extra_info("peername"))
+        self._per_host[host] = self._per_host.get(host, 0) + 1
+        held = [0]  # bytes of this stream counted in self.buffered
         try:
             async with asyncio.timeout(self._timeout_s):
-                header = await reader.readexactly(STREAM_HEADER_BYTES)
-                try:
-                    frame = header + await reader.readexactly(frame_length(header))
-                except DecodeError:
-                    frame = header  # let the core count it as malformed
-                reply = self._on_stream(frame, peer)
+                frame = await self._read_frame(reader, peer, held)
+                reply = None if frame is None else self._on_stream(frame, peer)
                 if reply is not None:
                     writer.write(reply)
                     await writer.drain()
+        except _Refused as exc:
+            self._refuse(peer, str(exc))
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.debug("stream from %s failed: %r", peer, exc)
         finally:
+            self.buffered -= held[0]
             self.handlers.discard(task)
+            left = self._per_host[host] - 1
+            if left:
+                self._per_host[host] = left
+            else:
+                del self._per_host[host]
             writer.close()
+
+    async def _read_frame(self, reader: asyncio.StreamReader, peer: str, held: list[int]) -> bytes | None:
+        """The whole frame (just its header if the header is unacceptable, for the core to count), or None if
+        ``admit`` refused its first bytes. Raises _Refused, IncompleteReadError, OSError."""
+        try:
+            async with asyncio.timeout(min(STREAM_PREAUTH_TIMEOUT_S, self._timeout_s)):
+                header = await reader.readexactly(STREAM_HEADER_BYTES)
+                try:
+                    length = frame_length(header)
+                except DecodeError:
+                    return header
+                if not self._admit(header, peer):  # e.g. plaintext to a keyed member: no need to read on
+                    return None
+                parts = [header]
+                await self._read_into(parts, reader, min(length, MAX_PREAUTH_BYTES), held)
+        except TimeoutError:
+            raise _Refused(f"not authenticated within {STREAM_PREAUTH_TIMEOUT_S:g} s") from None
+        if not self._admit(b"".join(parts), peer):
+            return None
+        await self._read_into(parts, reader, length - min(length, MAX_PREAUTH_BYTES), held)
+        return b"".join(parts)
+
+    async def _read_into(self, parts: list[bytes], reader: asyncio.StreamReader, length: int, held: list[int]) -> None:
+        """Append ``length`` bytes to ``parts`` in pieces, each counted in ``buffered`` (and ``held[0]``)
+        before it is read. Raises _Refused when the shared budget is exhausted, IncompleteReadError/OSError."""
+        remaining = length
+        while remaining:
+            size = min(STREAM_READ_CHUNK_BYTES, remaining)
+            if self.buffered + size > MAX_INBOUND_BUFFER_BYTES:
+                raise _Refused(f"inbound stream buffers full ({MAX_INBOUND_BUFFER_BYTES} bytes)")
+            self.buffered += size
+            held[0] += size
+            parts.append(await reader.readexactly(size))
+            remaining -= size
 
 
 class AsyncioTransport:
@@ -168,6 +261,10 @@ class AsyncioTransport:
     def tls_handshake_failures(self) -> int:
         return self._streams.tls_failures + self._tls_failures_out
 
+    @property
+    def streams_refused(self) -> int:
+        return self._streams.refused
+
     @classmethod
     async def bind(
         cls,
@@ -176,12 +273,13 @@ class AsyncioTransport:
         *,
         on_packet: PacketCallback,
         on_stream: StreamCallback,
+        admit_stream: AdmitCallback,
         stream_timeout_s: float,
         tls: TlsContexts | None = None,
     ) -> AsyncioTransport:
         """Listen on ``host:port`` (port 0: a free port for both protocols). Raises TransportError."""
         loop = asyncio.get_running_loop()
-        streams = _Streams(on_stream, stream_timeout_s, None if tls is None else tls.server)
+        streams = _Streams(on_stream, admit_stream, stream_timeout_s, None if tls is None else tls.server)
         last_error: OSError | None = None
         for _ in range(_BIND_ATTEMPTS if port == 0 else 1):
             server: asyncio.Server | None = None

@@ -84,6 +84,12 @@ class PayloadTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class UnsupportedEncoding(GatewayError):
+    status = 415
+    error_type = "invalid_request_error"
+    code = "unsupported_content_encoding"
+
+
 class NoHealthyWorker(GatewayError):
     status = 503
     error_type = "service_unavailable"

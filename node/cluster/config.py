@@ -6,11 +6,12 @@ A leaf: imports only `mesh`'s public API, so `node.config` can hold it without i
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Literal
 
-from mesh import MeshConfig, NodeMeta, check_addr
+from mesh import WILDCARD_HOSTS, MeshConfig, NodeMeta, check_addr, check_member_addr, join_addr
 
 Profile = Literal["lan", "wan", "local"]
 
@@ -44,6 +45,13 @@ class ClusterConfig:
     mesh_tls_ca: str = field(
         default="", metadata={"help": "PEM cluster CA: a peer's certificate must chain to it (names unchecked)"}
     )
+    mesh_insecure: bool = field(
+        default=False,
+        metadata={
+            "help": "allow a mesh on a non-loopback address without --mesh-key-file: anyone who reaches the port "
+            "can forge membership and cluster state (a warning is logged at start)"
+        },
+    )
     mesh_profile: Profile = field(default="lan", metadata={"help": "timing profile: lan, wan or local"})
     mesh_probe_interval_s: float = field(
         default=0.0, metadata={"help": "override the profile's probe interval (0: the profile's)"}
@@ -71,9 +79,18 @@ class ClusterConfig:
             host, _, port = self.mesh_bind.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"mesh_bind: expected host:port, got {self.mesh_bind!r}")
-        for addr in (self.mesh_advertise, *self.join):
-            if addr:
-                check_addr(addr)
+            if not self.mesh_advertise and host.strip("[]") not in WILDCARD_HOSTS:
+                try:  # advertised as is: members gossip literal IP addresses, never names
+                    check_member_addr(join_addr(host.strip("[]"), int(port) or 1))
+                except ValueError as exc:
+                    raise ValueError(f"mesh_bind: {exc} (or give --mesh-advertise IP:PORT)") from None
+        for addr in self.join:  # seeds may be names: joining resolves them
+            check_addr(addr)
+        if self.mesh_advertise:
+            try:
+                check_member_addr(self.mesh_advertise)
+            except ValueError as exc:
+                raise ValueError(f"mesh_advertise: {exc}") from None
         try:
             NodeMeta.create(version=node_version(), roles=self.roles)
         except ValueError as exc:
@@ -86,10 +103,24 @@ class ClusterConfig:
             raise ValueError(
                 f"mutual TLS needs all of mesh_tls_cert, mesh_tls_key, mesh_tls_ca; missing: {', '.join(missing)}"
             )
+        if self.unprotected and not self.mesh_insecure:
+            raise ValueError(
+                f"mesh_insecure: --mesh-bind {self.mesh_bind} is reachable from other hosts and there is no "
+                "--mesh-key-file, so anyone who can send it a packet can forge members, deaths and cluster state"
+                f"{' (mutual TLS protects TCP streams only, not UDP gossip)' if self.mesh_tls_cert else ''}; "
+                "give every node a keyring with --mesh-key-file, bind a loopback address, or accept the risk "
+                "with --mesh-insecure"
+            )
 
     @property
     def enabled(self) -> bool:
         return bool(self.mesh_bind)
+
+    @property
+    def unprotected(self) -> bool:
+        """The mesh listens where other hosts can reach it and has no keyring: its UDP gossip is forgeable
+        by anyone (mutual TLS covers TCP streams only). Loopback binds are for tests and demos on one host."""
+        return self.enabled and not self.mesh_key_file and not is_loopback(_split(self.mesh_bind)[0])
 
     @property
     def roles(self) -> dict[str, str]:
@@ -104,6 +135,16 @@ class ClusterConfig:
                 raise ValueError(f"role {key!r} given twice")
             out[key] = value
         return out
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (a literal IP or "localhost") is a loopback address (127.0.0.0/8, ::1); a wildcard is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
 
 
 def _split(addr: str) -> tuple[str, int]:

@@ -36,6 +36,14 @@ async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate 
     Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start.
     """
     mesh = Mesh(mesh_config(config), meta=node_meta(config, http_addr), delegate=delegate)
+    if config.unprotected:  # only with --mesh-insecure (ClusterConfig refuses it otherwise)
+        log.warning(
+            "INSECURE MESH: %s is reachable from other hosts without a keyring (--mesh-insecure): anyone who can "
+            "send it a packet can forge members, deaths and cluster state; use --mesh-key-file",
+            config.mesh_bind,
+        )
+    elif not config.mesh_key_file:
+        log.info("mesh on loopback %s without a keyring: gossip is unencrypted (fine on one host)", config.mesh_bind)
     await mesh.start()
     peers = seeds(config)
     joining = asyncio.create_task(_join_forever(mesh, peers), name="mesh-join") if peers else None

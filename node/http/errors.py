@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -10,7 +11,9 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
+from node.config import RequestLimits
 from node.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from node.http.limits import check_request, inflate
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +22,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
 
 _ENCODER = msgspec.json.Encoder()
+_DEFAULT_LIMITS = RequestLimits()
+
+#: The node's request limits, set on the application by `build_app` (defaults when absent).
+REQUEST_LIMITS = web.AppKey("request_limits", RequestLimits)
+#: Handler arguments of the app: aiohttp must not inflate bodies itself (it would on the event loop, and keep
+#: inflating what is left of a refused body while draining it); `read_json` does, bounded and off the loop.
+NO_AUTO_DECOMPRESS = {"auto_decompress": False}
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
 
@@ -55,7 +65,9 @@ def from_validation(exc: msgspec.ValidationError) -> InvalidRequest:
 
 
 async def read_json(request: web.Request, kind: type[T], max_bytes: int) -> T:
-    """Read and decode a JSON body as ``kind``. Raises PayloadTooLarge (413) or InvalidRequest (400)."""
+    """Read, inflate (gzip/deflate), decode a JSON body as ``kind`` and check it against the app's
+    `RequestLimits`. Raises PayloadTooLarge (413, before or after inflating), UnsupportedEncoding (415) or
+    InvalidRequest (400, naming the field)."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise PayloadTooLarge(f"Request body of {request.content_length} bytes exceeds the limit of {max_bytes}.")
     try:
@@ -64,14 +76,28 @@ async def read_json(request: web.Request, kind: type[T], max_bytes: int) -> T:
         raise PayloadTooLarge(f"Request body exceeds the limit of {max_bytes} bytes.") from exc
     if len(body) > max_bytes:
         raise PayloadTooLarge(f"Request body of {len(body)} bytes exceeds the limit of {max_bytes}.")
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    data: bytes | bytearray = body
+    if encoding not in ("", "identity"):
+        data = await asyncio.to_thread(inflate, body, encoding, max_bytes)
+    limits = request.config_dict.get(REQUEST_LIMITS, _DEFAULT_LIMITS)
     try:
-        return msgspec.json.decode(body, type=kind)
+        value = msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as exc:
         raise from_validation(exc) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(
             f"We could not parse the JSON body of your request. The body must be a valid JSON object ({exc})."
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid UTF-8 ({exc.reason} at byte {exc.start}).") from exc
+    except RecursionError:
+        raise InvalidRequest(
+            f"The JSON body nests deeper than this server's limit of {limits.max_json_depth} levels (max_json_depth).",
+            code="max_json_depth",
+        ) from None
+    check_request(value, limits)
+    return value
 
 
 @web.middleware

@@ -109,8 +109,8 @@ class ChatCompletions(common.GenerationApi):
         if req.top_logprobs is not None:
             if not req.logprobs:
                 raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
-            if not 0 <= req.top_logprobs <= common.MAX_TOP_LOGPROBS:
-                raise InvalidRequest(f"'top_logprobs' must be in [0, {common.MAX_TOP_LOGPROBS}].", param="top_logprobs")
+            if req.top_logprobs < 0:  # the upper bound is RequestLimits.max_top_logprobs, checked at decode
+                raise InvalidRequest("'top_logprobs' must be >= 0.", param="top_logprobs")
         if req.continue_final_message and req.add_generation_prompt:
             raise InvalidRequest(
                 "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
@@ -122,7 +122,10 @@ class ChatCompletions(common.GenerationApi):
         prompt_ids = await self._cpu.render_and_encode(size, lambda: self._render(req, messages), model.tokenizer)
         requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-        max_tokens = common.resolve_max_tokens(requested, len(prompt_ids), model, param=param, prompt_param="messages")
+        cap = self._limits.output_cap(req.n, logprobs=req.logprobs)
+        max_tokens = common.resolve_max_tokens(
+            requested, len(prompt_ids), model, param=param, prompt_param="messages", cap=cap
+        )
         top_n = req.top_logprobs or 0
         params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None)
         rid = common.new_id("chatcmpl")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Self
 
+from node.config import RequestLimits
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from node.http.openai_types import SamplingFields
 from node.pipeline.cpu import CpuPool
@@ -17,9 +18,6 @@ from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.pool import WorkerPool
 from node.workers.types import SamplingParams
 
-MAX_N = 128
-MAX_STOP_STRINGS = 64
-MAX_TOP_LOGPROBS = 20
 _SEED_MASK = (1 << 31) - 1  # the engine contract carries an int32 seed
 
 
@@ -45,9 +43,7 @@ def _range(name: str, value: float | None, lo: float, hi: float, *, lo_open: boo
 
 
 def stop_strings(req: SamplingFields) -> tuple[str, ...]:
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    if len(stops) > MAX_STOP_STRINGS:
-        raise InvalidRequest(f"'stop' may hold at most {MAX_STOP_STRINGS} strings.", param="stop")
+    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])  # count/size: node.http.limits
     if any(s == "" for s in stops):
         raise InvalidRequest("'stop' strings must not be empty.", param="stop")
     return tuple(dict.fromkeys(stops))
@@ -63,8 +59,8 @@ def validate_sampling(req: SamplingFields, model: ServedModel) -> None:
     _range("repetition_penalty", req.repetition_penalty, 0.0, 2.0**31, lo_open=True)
     if req.top_k is not None and req.top_k < -1:
         raise InvalidRequest(f"'top_k' must be -1 (disabled) or >= 0, got {req.top_k}.", param="top_k")
-    if not 1 <= req.n <= MAX_N:
-        raise InvalidRequest(f"'n' must be in [1, {MAX_N}], got {req.n}.", param="n")
+    if req.n < 1:  # the upper bound is RequestLimits.max_n, checked at decode
+        raise InvalidRequest(f"'n' must be >= 1, got {req.n}.", param="n")
     if req.min_tokens < 0:
         raise InvalidRequest(f"'min_tokens' must be >= 0, got {req.min_tokens}.", param="min_tokens")
     vocab = model.tokenizer.vocab_size
@@ -76,13 +72,14 @@ def validate_sampling(req: SamplingFields, model: ServedModel) -> None:
 
 
 def resolve_max_tokens(
-    requested: int | None, prompt_len: int, model: ServedModel, *, param: str, prompt_param: str
+    requested: int | None, prompt_len: int, model: ServedModel, *, param: str, prompt_param: str, cap: int | None = None
 ) -> int:
-    """The completion budget; raises ContextLengthExceeded when prompt + budget cannot fit."""
+    """The completion budget (omitted: what the context leaves, at most ``cap``); raises ContextLengthExceeded
+    when prompt + budget cannot fit."""
     ctx = model.max_context_length
     if requested is not None and requested < 1:
         raise InvalidRequest(f"'{param}' must be >= 1, got {requested}.", param=param)
-    budget = requested if requested is not None else ctx - prompt_len
+    budget = requested if requested is not None else min(ctx - prompt_len, cap if cap is not None else ctx)
     if prompt_len + max(budget, 1) > ctx:
         asked = prompt_len + (requested or 0)
         detail = f"{prompt_len} in the {prompt_param}" + (f", {requested} in the completion" if requested else "")
@@ -175,6 +172,7 @@ class ApiContext:
     pool: WorkerPool
     cpu: CpuPool
     max_body_bytes: int
+    limits: RequestLimits = field(default_factory=RequestLimits)
     on_usage: Callable[[Usage], None] = _ignore_usage
     routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER
 
@@ -192,6 +190,7 @@ class GenerationApi:
         self._pool = ctx.pool
         self._cpu = ctx.cpu
         self._max_body = ctx.max_body_bytes
+        self._limits = ctx.limits
         self._on_usage = ctx.on_usage
         self._routing_key_header = ctx.routing_key_header
         self._token_text = TokenText(ctx.model)

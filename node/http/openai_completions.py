@@ -19,9 +19,6 @@ from node.http.sse import ChunkFrames, SseStream, frame, open_stream
 from node.pipeline.generate import GenerateSpec, Generation, TextDelta, Usage
 from node.pipeline.served_model import ServedModel
 
-MAX_BATCH_PROMPTS = 64
-MAX_COMPLETION_LOGPROBS = 20
-
 
 @dataclass(frozen=True, slots=True)
 class _Prompt:
@@ -57,9 +54,7 @@ def _prompts(req: CompletionRequest, model: ServedModel) -> list[_Prompt | str]:
             "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists.",
             param="prompt",
         )
-    if len(out) > MAX_BATCH_PROMPTS:
-        raise InvalidRequest(f"'prompt' may hold at most {MAX_BATCH_PROMPTS} prompts.", param="prompt")
-    return out
+    return out  # how many: RequestLimits.max_prompts, checked at decode
 
 
 async def _merge(gens: list[Generation]) -> AsyncGenerator[tuple[int, list[TextDelta]], None]:
@@ -110,8 +105,8 @@ class Completions(common.GenerationApi):
             raise InvalidRequest("'suffix' is not supported by this model.", param="suffix")
         if req.best_of is not None and req.best_of != req.n:
             raise InvalidRequest("'best_of' must equal 'n' (server-side best-of is not supported).", param="best_of")
-        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
-            raise InvalidRequest(f"'logprobs' must be in [0, {MAX_COMPLETION_LOGPROBS}].", param="logprobs")
+        if req.logprobs is not None and req.logprobs < 0:  # upper bound: RequestLimits.max_top_logprobs
+            raise InvalidRequest("'logprobs' must be >= 0.", param="logprobs")
         stops = common.stop_strings(req)
         prompts = [
             _Prompt(ids=await self._cpu.encode(model.tokenizer, p, add_special_tokens=True), text=p)
@@ -121,9 +116,10 @@ class Completions(common.GenerationApi):
         ]
         gens: list[Generation] = []
         rid = common.new_id("cmpl")
+        cap = self._limits.output_cap(req.n * len(prompts), logprobs=req.logprobs is not None)
         for k, prompt in enumerate(prompts):
             max_tokens = common.resolve_max_tokens(
-                req.max_tokens, len(prompt.ids), model, param="max_tokens", prompt_param="prompt"
+                req.max_tokens, len(prompt.ids), model, param="max_tokens", prompt_param="prompt", cap=cap
             )
             params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=req.logprobs)
             spec = GenerateSpec(

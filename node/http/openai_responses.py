@@ -211,7 +211,12 @@ class Responses(common.GenerationApi):
         prompt_ids = await self._cpu.render_and_encode(size, render, self._model.tokenizer)
         model = self._model
         max_tokens = common.resolve_max_tokens(
-            req.max_output_tokens, len(prompt_ids), model, param="max_output_tokens", prompt_param="input"
+            req.max_output_tokens,
+            len(prompt_ids),
+            model,
+            param="max_output_tokens",
+            prompt_param="input",
+            cap=self._limits.output_cap(1, logprobs=False),
         )
         params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=None)
         turn = _Turn(

@@ -1,15 +1,23 @@
 """OpenAI request bodies as msgspec structs: one decoding pass gives typed values or an error naming a field.
 
-Unknown fields are ignored, as OpenAI does. Value ranges are checked by the API modules after decoding.
+Unknown fields are ignored, as OpenAI does. Value ranges are checked by the API modules after decoding, and
+configurable bounds by `node.http.limits`; the ranges below are what the engine's wire format can carry.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+# Integers that reach the engine's protobuf int32/uint32 fields: out of range is a 400 naming the field at
+# decode, not an encoding error at dispatch. (`seed` is masked to int32 instead, as OpenAI seeds are int64.)
+_INT32_MAX = 2**31 - 1
+Count = Annotated[int, msgspec.Meta(ge=-_INT32_MAX, le=_INT32_MAX)]  # sign checked by the endpoint, with a message
+TopK = Annotated[int, msgspec.Meta(ge=-1, le=_INT32_MAX)]  # -1 (or 0) disables top-k
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=_INT32_MAX)]
 
 
 class ContentPart(msgspec.Struct, kw_only=True):
@@ -58,17 +66,17 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     model: str
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: TopK | None = None
     min_p: float | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     repetition_penalty: float | None = None
     seed: int | None = None
-    n: int = 1
+    n: Count = 1
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
-    min_tokens: int = 0
+    min_tokens: Count = 0
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     stream: bool = False
@@ -78,10 +86,10 @@ class SamplingFields(msgspec.Struct, kw_only=True):
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: list[ChatMessage]
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: Count | None = None
+    max_completion_tokens: Count | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: Count | None = None
     tools: list[Tool] | None = None
     tool_choice: Any = None
     add_generation_prompt: bool = True
@@ -92,8 +100,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 class CompletionRequest(SamplingFields, kw_only=True):
     # str | list[str] | list[int] | list[list[int]]: msgspec unions allow one array type, checked after.
     prompt: str | list[Any]
-    max_tokens: int | None = 16  # OpenAI's default for the legacy Completions API
-    logprobs: int | None = None
+    max_tokens: Count | None = 16  # OpenAI's default for the legacy Completions API
+    logprobs: Count | None = None
     echo: bool = False
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: Count | None = None

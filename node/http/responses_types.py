@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from node.http.openai_types import SamplingFields
+from node.http.openai_types import Count, SamplingFields
 
 
 class ConversationRef(msgspec.Struct, kw_only=True):
@@ -25,7 +25,7 @@ class ResponsesRequest(SamplingFields, kw_only=True):
     previous_response_id: str | None = None
     conversation: str | ConversationRef | None = None
     store: bool = True
-    max_output_tokens: int | None = None
+    max_output_tokens: Count | None = None
     tools: list[Any] | None = None
     tool_choice: Any = "auto"
     parallel_tool_calls: bool = True

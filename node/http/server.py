@@ -11,7 +11,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from node.auth.metering import record_usage
-from node.http.errors import error_body, error_middleware
+from node.config import RequestLimits
+from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body, error_middleware
 from node.http.history import History
 from node.http.openai_chat import ChatCompletions
 from node.http.openai_common import ApiContext
@@ -47,20 +48,31 @@ def build_app(
     routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER,
     stores: Stores,
     tenancy: ApiConfig,
+    limits: RequestLimits | None = None,
     middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
+    limits = limits or RequestLimits()
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced; the given
-    # ones (authentication) run inside the error middleware, so their errors leave in the API's envelope.
+    # ones (authentication, limits) run inside the error middleware, so their errors leave in the API's envelope.
     app = web.Application(
-        middlewares=[metrics.middleware(), error_middleware, *middlewares], client_max_size=max_body_bytes + 1
+        middlewares=[metrics.middleware(), error_middleware, *middlewares],
+        client_max_size=max_body_bytes + 1,
+        handler_args={
+            **NO_AUTO_DECOMPRESS,
+            "max_line_size": limits.max_request_line_bytes,
+            "max_field_size": limits.max_header_bytes,
+            "max_headers": limits.max_headers,
+        },
     )
+    app[REQUEST_LIMITS] = limits
     contexts = [
         ApiContext(
             model=model,
             pool=pool,
             cpu=cpu,
             max_body_bytes=max_body_bytes,
+            limits=limits,
             on_usage=functools.partial(_observe_usage, metrics),
             routing_key_header=routing_key_header,
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from node.errors import WorkerAborted, WorkerFailed, WorkerIncomplete, WorkerProtocolError
 from node.pipeline.detokenize import IncrementalDetokenizer
-from node.pipeline.stops import StopMatcher
+from node.pipeline.stops import StopMatcher, StopSet
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.policy import RouteRequest
 from node.workers.breaker_client import blame
@@ -131,6 +131,7 @@ class Generation:
         self._tokenizer = tokenizer
         self.usage = Usage(prompt_tokens=len(spec.prompt_ids))
         n = spec.params.n
+        stop_set = StopSet(spec.stops)  # built once, shared by the n choices' matchers
         self._choices = [
             _Choice(
                 detok=IncrementalDetokenizer(
@@ -138,7 +139,7 @@ class Generation:
                     skip_special_tokens=spec.params.skip_special_tokens,
                     prompt_ids=spec.prompt_ids[-8:],
                 ),
-                stops=StopMatcher(spec.stops, include_stop_str=spec.include_stop_str) if spec.stops else None,
+                stops=StopMatcher(stop_set, include_stop_str=spec.include_stop_str) if stop_set else None,
             )
             for _ in range(n)
         ]

@@ -37,17 +37,19 @@ from mesh.messages import (
     User,
 )
 
-names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=20)
+# Names and labels are printable text (mesh/member.py): the wire refuses control characters.
+printable = st.characters(codec="utf-8").filter(str.isprintable)
+names = st.text(printable, min_size=1, max_size=20)
 addrs = st.builds(
     lambda a, b, port: f"10.{a}.{b}.1:{port}", st.integers(0, 255), st.integers(0, 255), st.integers(1, 65535)
 )
 u32 = st.integers(0, 2**32 - 1)
-short = st.text(max_size=30)
+short = st.text(printable, max_size=30)
 metas = st.builds(
     NodeMeta.create,
     short,
     short,
-    st.dictionaries(st.text(max_size=10), st.text(max_size=10), max_size=4),
+    st.dictionaries(st.text(printable, max_size=10), st.text(printable, max_size=10), max_size=4),
 )
 packet_messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(Ping, u32, st.just("") | names, names, addrs),
@@ -238,5 +240,6 @@ def test_message_types_are_append_only() -> None:
         "COMPOUND": 9,
         "USER": 10,
         "ENCRYPTED": 11,
+        "ENCRYPTED_CHUNKS": 12,
     }
     assert {s.name: s.value for s in MemberState} == {"ALIVE": 0, "SUSPECT": 1, "DEAD": 2, "LEFT": 3}

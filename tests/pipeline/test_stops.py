@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.pipeline.stops import StopMatcher, StopStep
+from node.pipeline.stops import StopMatcher, StopSet, StopStep
 
 # A tiny alphabet makes stops occur, overlap and straddle chunk boundaries often; "é" and "😀" check that
 # matching is by code point.
@@ -44,9 +45,60 @@ def held_back(consumed: str, stops: list[str]) -> int:
 @settings(max_examples=300)
 @given(data=st.data(), text=texts, stops=stop_lists, include=st.booleans())
 def test_any_chunking_matches_the_reference(data: st.DataObject, text: str, stops: list[str], include: bool) -> None:
-    chunks = data.draw(chunkings(text))
+    check_against_reference(data.draw(chunkings(text)), stops, include, StopMatcher(stops, include_stop_str=include))
+
+
+# Longer stops over a two-letter alphabet: self-overlapping prefixes ("abab", "aab") exercise the KMP
+# fallbacks, and several stops share prefixes.
+@settings(max_examples=300)
+@given(
+    data=st.data(),
+    text=st.text("ab", max_size=60),
+    stops=st.lists(st.text("ab", min_size=1, max_size=12), min_size=1, max_size=6),
+    include=st.booleans(),
+)
+def test_long_overlapping_stops_match_the_reference(
+    data: st.DataObject, text: str, stops: list[str], include: bool
+) -> None:
+    check_against_reference(data.draw(chunkings(text)), stops, include, StopMatcher(stops, include_stop_str=include))
+
+
+@settings(max_examples=200)
+@given(data=st.data(), text=st.text("ab\n", max_size=40), stops=st.lists(st.text("ab\n", max_size=8), max_size=5))
+def test_matchers_sharing_one_stop_set_do_not_interfere(data: st.DataObject, text: str, stops: list[str]) -> None:
+    """The n choices of a request share one StopSet: feeding them interleaved changes nothing."""
+    shared = StopSet(stops)
+    first, second = StopMatcher(shared, include_stop_str=False), StopMatcher(shared, include_stop_str=False)
+    alone = StopMatcher(stops, include_stop_str=False)
+    other_text = data.draw(st.text("ab\n", max_size=40))
+    for chunk, other in itertools.zip_longest(data.draw(chunkings(text)), data.draw(chunkings(other_text))):
+        if other is not None:
+            second.feed(other)
+        if chunk is not None:
+            assert first.feed(chunk) == alone.feed(chunk)
+    assert first.flush() == alone.flush()
+
+
+def test_memory_is_linear_in_the_stop_length() -> None:
+    """A 1 MB stop string (a 1 MB request body) used to build every prefix: ~10^12 bytes, an OOM."""
+    stop = "ab" * 500_000
+    tracemalloc.start()
+    try:
+        shared = StopSet([stop, "x" * 1000])
+        matchers = [StopMatcher(shared, include_stop_str=False) for _ in range(64)]
+        for m in matchers:
+            m.feed("ab" * 1000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # The failure tables (4 bytes per character) plus 64 held suffixes of 2000 characters.
+    assert peak < 8 * 1024 * 1024
+    assert [m.feed("ab" * 10) for m in matchers[:1]] == [StopStep("")]
+
+
+def check_against_reference(chunks: list[str], stops: list[str], include: bool, matcher: StopMatcher) -> None:
+    text = "".join(chunks)
     match = reference(text, stops)
-    matcher = StopMatcher(stops, include_stop_str=include)
     emitted = ""
     consumed = ""
     for chunk in chunks:
