@@ -34,6 +34,7 @@ from node.http.limits_middleware import add_rate_headers, limits_middleware
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
+from node.http.tls import ServerTls, TlsFiles
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
@@ -62,6 +63,8 @@ class RunningNode:
     pool: WorkerPool
     shared: SharedState
     mesh: Mesh | None = None
+    #: HTTPS: the live context and its reload (SIGHUP), or None for plain HTTP.
+    tls: ServerTls | None = None
 
 
 #: Connections the kernel queues before we accept them (a burst of clients connecting at once).
@@ -91,6 +94,12 @@ async def run_node(
     WorkerTlsError on unusable worker TLS files, AuthConfigError on an unreadable bootstrap key file."""
     # Read before anything starts: a bad key file stops the node with the file named.
     bootstrap_key = read_bootstrap_key(config.auth)
+    http = config.http
+    tls = (
+        ServerTls(TlsFiles(http.tls_cert_file, http.tls_key_file, http.tls_client_ca_file))
+        if http.tls_cert_file
+        else None
+    )
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -230,11 +239,15 @@ async def run_node(
             port=config.http.port,
             backlog=LISTEN_BACKLOG,
             reuse_port=config.http.reuse_port,
+            ssl_context=tls.context if tls is not None else None,
         )
         stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
         port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
-        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
+        scheme = "https" if tls is not None else "http"
+        node = RunningNode(
+            url=f"{scheme}://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh, tls=tls
+        )
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
         log.info(

@@ -118,20 +118,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 argv=[*args.argv, *pinned],
                 count=count,
                 grace_s=config.http.shutdown_grace_s,
-                hangup=bool(config.cluster.mesh_key_file),  # the children reload it on SIGHUP
+                # the children reload the mesh key file and the TLS certificate on SIGHUP
+                hangup=bool(config.cluster.mesh_key_file or config.http.tls_cert_file),
             )
             return group.run()
         finally:
             if keyfile is not None:
                 os.unlink(keyfile)
-    from node.app import run_node
+    from node.app import RunningNode, run_node
     from node.cluster.keys import KeyFileReload
 
     async def main() -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)
-        if hangup.path:  # key rotation without a restart: SIGHUP re-reads --mesh-key-file
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
+        serving: list[RunningNode] = []
+
+        def on_hangup() -> None:
+            # Rotation without a restart: SIGHUP re-reads --mesh-key-file and the HTTPS certificate files.
+            if hangup.path:
+                hangup()
+            for node in serving:
+                if node.tls is not None:
+                    node.tls.reload()
+
+        if hangup.path or config.http.tls_cert_file:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hangup)
         async with run_node(config) as node:
+            serving.append(node)
             print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
             with hangup.serving(node.mesh):
                 await _serve_forever()
@@ -422,6 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
     args.argv = raw  # the command line as given, for `serve --processes N` to start its children with
+    from node.auth.config import AuthConfigError
+    from node.http.tls import TlsFilesError
     from node.pipeline.model import ModelFolderError
     from node.pipeline.template import TemplateError
     from node.workers.channel_config import WorkerTlsError
@@ -430,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except configload.ConfigError as exc:
         parser.error(str(exc))
-    except (ModelFolderError, TemplateError, WorkerTlsError) as exc:
+    except (ModelFolderError, TemplateError, WorkerTlsError, TlsFilesError, AuthConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return code
