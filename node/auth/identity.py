@@ -55,7 +55,3 @@ class Identity:
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role: one of {', '.join(ROLES)}, got {self.role!r}")
-
-
-#: The identity of every request when the operator runs the node open (--auth none, or the loopback demo).
-ANONYMOUS_ADMIN: Final = Identity(subject="anonymous", tenant="default", role="admin")
