@@ -86,7 +86,14 @@ async def propagation(nodes: list[Node], admin: str, keys: int, rng: random.Rand
 
 @contextmanager
 def keyed_cluster(workdir: Path, nodes_count: int) -> Iterator[tuple[list[Node], str]]:
-    """``nodes_count`` meshed nodes requiring API keys, converged; yields them and the bootstrap admin key."""
+    """``nodes_count`` meshed nodes requiring API keys, converged; yields them and the bootstrap admin key.
+    (``keyed_cluster_of`` also yields the Cluster, to kill nodes.)"""
+    with keyed_cluster_of(workdir, nodes_count) as (cluster, admin):
+        yield list(cluster.nodes.values()), admin
+
+
+@contextmanager
+def keyed_cluster_of(workdir: Path, nodes_count: int) -> Iterator[tuple[Cluster, str]]:
     with ExitStack() as stack:
         model_dir = prepare_model("llama3", workdir / "models")
         worker = stack.enter_context(sim_worker(model_dir, workdir / "sim.log"))
@@ -105,7 +112,7 @@ def keyed_cluster(workdir: Path, nodes_count: int) -> Iterator[tuple[list[Node],
         cluster.start(*nodes)
         cluster.wait_up(*nodes)
         cluster.wait_converged(nodes, timeout_s=60)
-        yield nodes, admin
+        yield cluster, admin
 
 
 def run(workdir: Path, nodes_count: int, keys: int, seed: int) -> dict[str, Any]:
