@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
+from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mesh import Mesh
@@ -30,6 +31,7 @@ from node.config import HttpConfig, NodeConfig
 from node.drain import Drain
 from node.http.auth_middleware import auth_middleware
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
+from node.http.errors import error_middleware
 from node.http.keys_api import add_key_routes
 from node.http.limits_api import add_limit_routes
 from node.http.limits_middleware import add_rate_headers, limits_middleware
@@ -68,6 +70,8 @@ class RunningNode:
     mesh: Mesh | None = None
     #: HTTPS: the live context and its reload (SIGHUP), or None for plain HTTP.
     tls: ServerTls | None = None
+    #: The admin API's own listener (--admin-bind), or None when the main port serves it.
+    admin_url: str | None = None
 
 
 #: Connections the kernel queues before we accept them (a burst of clients connecting at once).
@@ -224,12 +228,15 @@ async def run_node(
             drain=drain,
             middlewares=middlewares,
         )
+        # The admin API on the main port, or on its own listener (--admin-bind), behind the same auth.
+        admin = app if config.auth.admin_addr is None else web.Application(middlewares=[error_middleware, *middlewares])
         if mesh is not None:
-            add_mesh_routes(app, mesh)
-        add_worker_routes(app, pool, shared.registry)
-        add_key_routes(app, shared.keys)
-        add_limit_routes(app, shared.tenant_limits)
+            add_mesh_routes(admin, mesh)
+        add_worker_routes(admin, pool, shared.registry)
+        add_key_routes(admin, shared.keys)
+        add_limit_routes(admin, shared.tenant_limits)
         app.on_response_prepare.append(add_rate_headers)
+        admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
         gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
         metrics.watch_connections(gate)
         app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
@@ -252,7 +259,14 @@ async def run_node(
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         scheme = "https" if tls is not None else "http"
         node = RunningNode(
-            url=f"{scheme}://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh, tls=tls
+            url=f"{scheme}://{host}:{port}",
+            port=port,
+            model=model,
+            pool=pool,
+            shared=shared,
+            mesh=mesh,
+            tls=tls,
+            admin_url=admin_url,
         )
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
@@ -267,6 +281,21 @@ async def run_node(
 def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
     drain.start(leave=functools.partial(leave_mesh, mesh) if mesh is not None else None)
     log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
+
+
+async def _serve_admin(stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None) -> str:
+    """Serve the admin application on ``addr`` until the stack unwinds; returns its URL (plain HTTP: an
+    operator network, like the mesh's)."""
+    assert addr is not None
+    runner = web.AppRunner(admin, access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(runner, addr[0], addr[1])
+    await site.start()
+    port = int(runner.addresses[0][1])
+    host = addr[0] if ":" not in addr[0] else f"[{addr[0]}]"
+    log.info("admin API on http://%s:%d", host, port)
+    return f"http://{host}:{port}"
 
 
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:

@@ -426,6 +426,9 @@ class NodeConfig:
     def __post_init__(self) -> None:
         """Raises AuthConfigError (a ValueError) for an open node on a non-loopback address (see AuthConfig)."""
         self.auth.enforced(self.http.host)
+        admin = self.auth.admin_addr
+        if admin is not None:
+            self.auth.enforced(admin[0])
 
 
 def _sections(config: type[object]) -> Mapping[str, type[object]]:

@@ -46,6 +46,13 @@ class AuthConfig:
         metadata={"cli": False, "help": "the bootstrap admin API key itself (environment only)"},
     )
 
+    admin_bind: str = field(
+        default="",
+        metadata={
+            "help": "host:port of a separate listener for the admin API (/admin, /workers, /mesh); the main port "
+            "then does not serve it. Empty: on the main port. Admin keys are required on both"
+        },
+    )
     jwt_issuer: str = field(
         default="",
         metadata={
@@ -75,6 +82,10 @@ class AuthConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.admin_bind:
+            host, _, port = self.admin_bind.rpartition(":")
+            if not host or not port.isdigit() or int(port) > 65535:
+                raise ValueError(f"admin_bind: expected host:port, got {self.admin_bind!r}")
         bad = [a for a in self.jwt_algorithms if a not in KEY_TYPES]
         if bad:
             raise ValueError(
@@ -95,6 +106,13 @@ class AuthConfig:
                 parse_key(self.auth_bootstrap_key)
             except KeyFormatError as exc:
                 raise ValueError(f"auth_bootstrap_key: {exc}") from None
+
+    @property
+    def admin_addr(self) -> tuple[str, int] | None:
+        if not self.admin_bind:
+            return None
+        host, _, port = self.admin_bind.rpartition(":")
+        return host.strip("[]"), int(port)
 
     @property
     def jwt_enabled(self) -> bool:

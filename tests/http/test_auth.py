@@ -243,3 +243,24 @@ async def test_tenant_limits_through_the_admin_api(secured: Secured) -> None:
     assert statuses == [200, 200, 429, 429]  # two keys, one tenant budget
     await secured.call("PUT", "/admin/tenants/shared-t/limits", BOOTSTRAP, {})
     assert (await secured.call("GET", "/v1/models", user))[0] == 200  # cleared
+
+
+async def test_the_admin_api_on_its_own_listener(llama3_model_dir: Path) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        sim = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
+        auth = AuthConfig(auth_bootstrap_key=BOOTSTRAP, admin_bind="127.0.0.1:0")
+        node = await stack.enter_async_context(
+            run_node(dataclasses.replace(node_config(llama3_model_dir, [sim.port]), auth=auth))
+        )
+        assert node.admin_url is not None and node.admin_url != node.url
+        admin = Secured(
+            dataclasses.replace(node, url=node.admin_url), await stack.enter_async_context(aiohttp.ClientSession())
+        )
+        public = Secured(node, admin.session)
+        created = await admin.create_key(tenant="sep", role="user")
+        assert (await public.call("POST", "/admin/keys", BOOTSTRAP, {"role": "user"}))[0] == 404
+        assert (await public.call("GET", "/workers", BOOTSTRAP))[0] == 404
+        assert (await admin.call("GET", "/admin/keys", None))[0] == 401  # credentials needed there too
+        assert (await admin.call("GET", "/workers", BOOTSTRAP))[0] == 200
+        assert (await public.call("GET", "/v1/models", created["key"]))[0] == 200
+        assert (await admin.call("GET", "/v1/models", created["key"]))[0] == 404
