@@ -31,11 +31,11 @@ from node.config import HttpConfig, NodeConfig
 from node.drain import Drain
 from node.http.auth_middleware import auth_middleware
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
-from node.http.errors import error_middleware
 from node.http.keys_api import add_key_routes
 from node.http.limits_api import add_limit_routes
 from node.http.limits_middleware import add_rate_headers, limits_middleware
 from node.http.mesh_routes import add_mesh_routes
+from node.http.middleware import errors
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
 from node.http.tls import ServerTls, TlsFiles
@@ -215,7 +215,11 @@ async def run_node(
             middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
         else:
             log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
         app = build_app(
+            # Outermost: the connection gate marks when a connection starts a request.
+            outer_middlewares=[gate.middleware()],
             models=models,
             pool=pool,
             cpu=cpu,
@@ -224,12 +228,14 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            retry=config.retry,
+            deadlines=config.deadlines,
             limits=config.limits,
             drain=drain,
-            middlewares=middlewares,
+            inner_middlewares=middlewares,
         )
         # The admin API on the main port, or on its own listener (--admin-bind), behind the same auth.
-        admin = app if config.auth.admin_addr is None else web.Application(middlewares=[error_middleware, *middlewares])
+        admin = app if config.auth.admin_addr is None else web.Application(middlewares=[errors({}), *middlewares])
         if mesh is not None:
             add_mesh_routes(admin, mesh)
         add_worker_routes(admin, pool, shared.registry)
@@ -237,9 +243,6 @@ async def run_node(
         add_limit_routes(admin, shared.tenant_limits)
         app.on_response_prepare.append(add_rate_headers)
         admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
-        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
-        metrics.watch_connections(gate)
-        app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
