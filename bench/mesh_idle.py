@@ -41,8 +41,15 @@ async def _serve_workers(model_dir: Path, count: int, ports_file: Path) -> None:
     model = await asyncio.to_thread(load_sim_model, config)
     async with AsyncExitStack() as stack:
         workers = [await stack.enter_async_context(SimWorker(config, model)) for _ in range(count)]
-        ports_file.write_text("\n".join(w.address for w in workers) + "\n")
+        await asyncio.to_thread(_publish, ports_file, [w.address for w in workers])
         await asyncio.Event().wait()  # until the benchmark stops this process
+
+
+def _publish(path: Path, addresses: list[str]) -> None:
+    # Written whole then renamed: the benchmark polls for the file and must never read half of it.
+    partial = path.with_suffix(".partial")
+    partial.write_text("\n".join(addresses) + "\n")
+    partial.replace(path)
 
 
 def _start_worker_host(stack: ExitStack, model_dir: Path, count: int, out: Path) -> tuple[launch.Service, list[str]]:
