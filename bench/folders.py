@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Final, Literal, get_args
 
-from bench.launch import LaunchError, bin_dir
+from bench.launch import SMG_NODE, LaunchError, child_env
 
 Folder = Literal["llama3", "llama3-nobos", "qwen", "deepseek"]
 FOLDERS: Final[tuple[Folder, ...]] = get_args(Folder)
@@ -32,8 +32,8 @@ def prepare(name: Folder, out_dir: Path) -> Path:
         LaunchError: `smg-node models prepare` failed, or the Llama-3 folder has no BOS step to remove.
     """
     family = name.removesuffix(_NOBOS_SUFFIX)
-    cmd = [str(bin_dir() / "smg-node"), "models", "prepare", "--family", family, "--out", str(out_dir)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S, check=False)
+    cmd = [*SMG_NODE, "models", "prepare", "--family", family, "--out", str(out_dir)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S, check=False, env=child_env())
     if done.returncode != 0:
         raise LaunchError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
     folder = Path(done.stdout.strip().splitlines()[-1])
