@@ -1,9 +1,10 @@
 """The composition root: builds storage -> mesh -> cluster state -> workers -> model -> HTTP on one AsyncExitStack
 and unwinds in reverse.
 
-Shutdown order (reverse of construction): stop accepting HTTP and let in-flight requests finish (bounded by
-``shutdown_grace_s``), then cancel and await background tasks (health checks, Aborts), then close worker
-channels and the CPU pool, and last close the history stores (so in-flight responses can still be stored).
+Shutdown order (reverse of construction), the drain of node/drain.py first: readiness 503, start leaving the
+mesh and stop accepting HTTP, let in-flight requests and streams finish (bounded by ``drain_timeout_s``), then
+cancel and await background tasks (health checks, Aborts), then close worker channels and the CPU pool, await
+the mesh leave, and last close the history stores (so in-flight responses can still be stored).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from aiohttp import web
-
 from mesh import Mesh
-from node.cluster.member import publish_http_addr, run_mesh
+from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
-from node.config import NodeConfig
+from node.config import HttpConfig, NodeConfig
+from node.drain import Drain
+from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
@@ -30,12 +31,14 @@ from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel, load_served_model
+from node.progress import reporting
 from node.routing.affinity import AffinityHints
 from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
+from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
@@ -54,16 +57,31 @@ class RunningNode:
     mesh: Mesh | None = None
 
 
-def _bound_port(runner: web.AppRunner) -> int:
-    # With port 0 the OS picks the port; the runner knows the bound socket names.
-    return int(runner.addresses[0][1])
+#: Connections the kernel queues before we accept them (a burst of clients connecting at once).
+LISTEN_BACKLOG = 1024
+
+
+def _connection_limits(http: HttpConfig) -> ConnectionLimits:
+    cap = http.max_connections or default_max_connections()
+    room = fd_room()
+    if room is not None and cap > room:
+        log.warning("--max-connections %d is more than the open-file limit leaves room for (%d)", cap, room)
+    log.info("accepting at most %d client connections", cap)
+    return ConnectionLimits(
+        max_connections=cap,
+        idle_timeout_s=http.idle_timeout_s,
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        write_timeout_s=http.write_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager
 async def run_node(
     config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
 ) -> AsyncIterator[RunningNode]:
-    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
+    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
+    WorkerTlsError on unusable worker TLS files."""
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -72,6 +90,8 @@ async def run_node(
             channels = mesh_delegate()
             bind_http = f"{config.http.host}:{config.http.port}"
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
+        drain = Drain()
+        stack.push_async_callback(drain.left)  # unwound just before run_mesh stops the member
         routing = config.routing
         roles = ("regular", "prefill", "decode")
         by_model = routing.policies_by_model()
@@ -102,10 +122,15 @@ async def run_node(
             kv_index = kv_indexes.of(model) if kv_indexes is not None else None
             return make_policy(name, routing, kv_index=kv_index, hints=hints)
 
+        lag_monitor = LoopLagMonitor()
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory
-            or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
+            or functools.partial(
+                VllmGrpcClient,
+                generate_transport=config.workers.generate_transport,
+                channel=ChannelConfig.from_pool(config.workers),
+            ),
             policies=policy_for,
             policy_name=routing.policy,
             breakers=functools.partial(
@@ -118,6 +143,7 @@ async def run_node(
             kv_indexes=kv_indexes,
             board=shared.board,
             model_of=lambda worker: _model_of(models, worker),
+            loop_lag=lag_monitor.recent_lag_s,
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
@@ -130,6 +156,7 @@ async def run_node(
         pool.sync(shared.registry.specs())
         stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
         pool.start()
+        supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
@@ -151,7 +178,7 @@ async def run_node(
             f" ({path.encoder_reason})" if path.encoder_reason else "",
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
-        supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        lag_monitor.export(metrics.registry)
         app = build_app(
             models=models,
             pool=pool,
@@ -162,26 +189,44 @@ async def run_node(
             stores=stores,
             tenancy=config.api,
             limits=config.limits,
+            drain=drain,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
+        app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = EnvelopeAppRunner(
-            app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024, reuse_port=config.http.reuse_port)
-        await site.start()
-        port = _bound_port(runner)
+        listener = await listen(
+            runner,
+            gate,
+            host=config.http.host,
+            port=config.http.port,
+            backlog=LISTEN_BACKLOG,
+            reuse_port=config.http.reuse_port,
+        )
+        stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
+        port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
+        # Unwound first: readiness 503 and the mesh leave start before the listener closes.
+        stack.callback(_start_drain, drain, mesh, config.http.drain_timeout_s)
         log.info(
             "serving %s on %s with %d worker(s)", ", ".join(repr(m.name) for m in models), node.url, len(pool.workers)
         )
         yield node
+
+
+def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
+    drain.start(leave=functools.partial(leave_mesh, mesh) if mesh is not None else None)
+    log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
 
 
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:
@@ -205,7 +250,12 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     ]
     info = None
     if len(paths) == 1 and not config.model.served_model_name and pool.workers:
-        info = await pool.wait_model_info(config.workers.startup_wait_s)
+        wait_s = config.workers.startup_wait_s
+        urls = ", ".join(w.url for w in pool.workers)
+        async with reporting(
+            lambda t: f"waiting for a worker to answer GetModelInfo ({t:.0f} of {wait_s:.0f} s): {urls}"
+        ):
+            info = await pool.wait_model_info(wait_s)
         if info is None:
             log.warning("no worker answered GetModelInfo; serving the model under its folder name")
     models = list(await asyncio.gather(*loading))

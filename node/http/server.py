@@ -9,6 +9,7 @@ import msgspec
 from aiohttp import web
 
 from node.config import RequestLimits
+from node.drain import Drain
 from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body, error_middleware
 from node.http.history import History
 from node.http.openai_chat import ChatCompletions
@@ -40,8 +41,11 @@ def build_app(
     stores: Stores,
     tenancy: ApiConfig,
     limits: RequestLimits | None = None,
+    drain: Drain | None = None,
 ) -> web.Application:
+    """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say."""
     limits = limits or RequestLimits()
+    draining = drain or Drain()
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The metrics middleware is outermost so it counts the status the error middleware produced.
     app = web.Application(
@@ -105,9 +109,9 @@ def build_app(
 
     async def readiness(request: web.Request) -> web.Response:
         healthy = pool.healthy()
-        ready = pool.can_serve()
+        ready = pool.can_serve() and not draining.draining
         body = {
-            "status": "ready" if ready else "not ready",
+            "status": "draining" if draining.draining else "ready" if ready else "not ready",
             "policy": pool.policy_name,
             "healthy_workers": len(healthy),
             "workers": [
