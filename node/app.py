@@ -179,7 +179,11 @@ async def run_node(
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
         lag_monitor.export(metrics.registry)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
         app = build_app(
+            # Outermost: the connection gate marks when a connection starts a request.
+            outer_middlewares=[gate.middleware()],
             models=models,
             pool=pool,
             cpu=cpu,
@@ -188,15 +192,14 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            retry=config.retry,
+            deadlines=config.deadlines,
             limits=config.limits,
             drain=drain,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
-        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
-        metrics.watch_connections(gate)
-        app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
