@@ -5,7 +5,11 @@
     errors           maps every exception to the route's API error envelope, never a traceback
     request context  request id, tenant, routing key: made once here, read by every stage (context_of)
 
-Authentication, rate limits and tracing plug in as further entries of the same list.
+    (inner)          authentication and limits (node/http/auth_middleware.py, limits_middleware.py): inside
+                     the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
+                     the context, whose tenant and identity come from the verified credential
+
+Tracing plugs in as a further entry of the same list.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
 from node.errors import GatewayError
+from node.http.auth_middleware import IDENTITY
 from node.http.envelopes import OPENAI, EdgeError, ErrorEnvelope
 from node.http.tenancy import ApiConfig, tenant_of
 from node.pipeline.context import RequestContext
@@ -50,6 +55,7 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
             request_id=rid, routing_key=request.headers.get(routing_key_header), headers=request.headers
         )
         request[CONTEXT_KEY] = ctx  # first: the response carries the id even when the tenant is refused
+        ctx.identity = request.get(IDENTITY)
         ctx.tenant = tenant_of(request, tenancy)
         return await handler(request)
 
@@ -72,7 +78,7 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
             return await handler(request)
         except GatewayError as exc:
             error = EdgeError.of(exc)
-            headers: dict[str, str] = {}
+            headers: dict[str, str] = dict(exc.headers)  # WWW-Authenticate, Retry-After, x-ratelimit-*
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -99,6 +105,7 @@ def middleware_chain(
     envelopes: Mapping[AbstractRoute, ErrorEnvelope],
     tenancy: ApiConfig,
     routing_key_header: str,
+    inner: Sequence[Middleware] = (),
 ) -> list[Middleware]:
     """The chain, outermost first (see the module docstring); ``outer`` go before all of it (the connection
     gate, node/http/connections.py, which must see every request first)."""
@@ -106,5 +113,6 @@ def middleware_chain(
         *outer,
         metrics,
         errors(envelopes),
+        *inner,
         request_context(tenancy=tenancy, routing_key_header=routing_key_header),
     ]
