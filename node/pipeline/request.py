@@ -110,3 +110,6 @@ class GenerateRequest:
     prompt_param: str = "messages"
     # The tools offered (None: none; tool calls are not parsed).
     tools: ToolUse | None = None
+    # At most this many tokens inside the reasoning block: a choice still reasoning then ends "length"
+    # (None: uncapped). Enforced where reasoning tokens are counted by id (the model's think ids).
+    reasoning_budget: int | None = None
