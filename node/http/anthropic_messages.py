@@ -107,6 +107,12 @@ def _check_limits(req: CountTokensRequest, request: web.Request) -> None:
             )
     if req.tools is not None and len(req.tools) > limits.max_tools:
         raise InvalidRequest(f"tools: more than this server's limit of {limits.max_tools} (max_tools).", param="tools")
+    if isinstance(req, MessagesRequest) and req.max_tokens > limits.max_output_tokens_total:
+        raise InvalidRequest(
+            f"max_tokens: {req.max_tokens}, more than this server's limit of {limits.max_output_tokens_total} "
+            "(max_output_tokens_total).",
+            param="max_tokens",
+        )
     if isinstance(req, MessagesRequest) and req.stop_sequences is not None:
         if len(req.stop_sequences) > limits.max_stop_strings:
             raise InvalidRequest(

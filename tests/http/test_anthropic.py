@@ -280,6 +280,8 @@ async def test_errors_in_anthropics_envelope(q: tuple[Edge, AsyncAnthropic]) -> 
         messages=ASK,
         extra_headers={"anthropic-beta": "token-counting-2024-11-01", "Authorization": "Bearer x"},
     )
+    with pytest.raises(anthropic.BadRequestError, match="max_output_tokens_total"):
+        await client.messages.create(model="qwen", max_tokens=10**9, messages=ASK)
     with pytest.raises(anthropic.NotFoundError) as missing:
         await client.messages.create(model="nope", max_tokens=8, messages=ASK)
     assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
