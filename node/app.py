@@ -17,12 +17,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from aiohttp import web
-
 from mesh import Mesh
 from node.cluster.member import publish_http_addr, run_mesh
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
-from node.config import ModelConfig, NodeConfig
+from node.config import HttpConfig, ModelConfig, NodeConfig
+from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
@@ -37,6 +36,7 @@ from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
+from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
@@ -55,16 +55,31 @@ class RunningNode:
     mesh: Mesh | None = None
 
 
-def _bound_port(runner: web.AppRunner) -> int:
-    # With port 0 the OS picks the port; the runner knows the bound socket names.
-    return int(runner.addresses[0][1])
+#: Connections the kernel queues before we accept them (a burst of clients connecting at once).
+LISTEN_BACKLOG = 1024
+
+
+def _connection_limits(http: HttpConfig) -> ConnectionLimits:
+    cap = http.max_connections or default_max_connections()
+    room = fd_room()
+    if room is not None and cap > room:
+        log.warning("--max-connections %d is more than the open-file limit leaves room for (%d)", cap, room)
+    log.info("accepting at most %d client connections", cap)
+    return ConnectionLimits(
+        max_connections=cap,
+        idle_timeout_s=http.idle_timeout_s,
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        write_timeout_s=http.write_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager
 async def run_node(
     config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
 ) -> AsyncIterator[RunningNode]:
-    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
+    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
+    WorkerTlsError on unusable worker TLS files."""
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -103,10 +118,15 @@ async def run_node(
             kv_index = kv_indexes.of(model) if kv_indexes is not None else None
             return make_policy(name, routing, kv_index=kv_index, hints=hints)
 
+        lag_monitor = LoopLagMonitor()
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory
-            or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
+            or functools.partial(
+                VllmGrpcClient,
+                generate_transport=config.workers.generate_transport,
+                channel=ChannelConfig.from_pool(config.workers),
+            ),
             policies=policy_for,
             policy_name=routing.policy,
             breakers=functools.partial(
@@ -119,6 +139,7 @@ async def run_node(
             kv_indexes=kv_indexes,
             board=shared.board,
             model_of=lambda worker: _model_of(models, worker),
+            loop_lag=lag_monitor.recent_lag_s,
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
@@ -131,6 +152,7 @@ async def run_node(
         pool.sync(shared.registry.specs())
         stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
         pool.start()
+        supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
@@ -152,8 +174,12 @@ async def run_node(
             f" ({path.encoder_reason})" if path.encoder_reason else "",
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
-        supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        lag_monitor.export(metrics.registry)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
         app = build_app(
+            # Outermost: the connection gate marks when a connection starts a request.
+            outer_middlewares=[gate.middleware()],
             models=models,
             pool=pool,
             cpu=cpu,
@@ -174,9 +200,16 @@ async def run_node(
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024, reuse_port=config.http.reuse_port)
-        await site.start()
-        port = _bound_port(runner)
+        listener = await listen(
+            runner,
+            gate,
+            host=config.http.host,
+            port=config.http.port,
+            backlog=LISTEN_BACKLOG,
+            reuse_port=config.http.reuse_port,
+        )
+        stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
+        port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
-from urllib.parse import urlsplit
 
 from node.cluster.config import ClusterConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
 from node.workers.retry import RetryConfig
+from node.workers.worker_url import NetworkPolicy, parse_networks, parse_target
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
@@ -57,11 +57,46 @@ class HttpConfig:
     reuse_port: bool = field(
         default=False, metadata={"help": "bind the HTTP port with SO_REUSEPORT (set for each of --processes)"}
     )
+    # Connection bounds (node/http/connections.py). Idle 75 s outlasts the 60 s keep-alive of common proxies and
+    # load balancers in front of us (they, not we, should close a pooled connection); a request head takes
+    # milliseconds, so 20 s only ever cuts slow or stalled senders.
+    max_connections: int = field(
+        default=0,
+        metadata={
+            "help": "open client connections at most; 0 = derived from the open-file limit (RLIMIT_NOFILE minus "
+            "512 fds for workers, mesh and storage; at most 16384). Past it a new connection replaces the one "
+            "that waited longest without a request, or gets a 503 when all are busy"
+        },
+    )
+    idle_timeout_s: float = field(
+        default=75.0, metadata={"help": "a kept-alive connection with no new request for this long is closed"}
+    )
+    header_timeout_s: float = field(
+        default=20.0,
+        metadata={
+            "help": "a request's headers must arrive within this long of the connection (or of the request's "
+            "first byte on a kept-alive connection), else the connection is closed"
+        },
+    )
+    body_timeout_s: float = field(
+        default=60.0, metadata={"help": "a request body must arrive within this long of its headers"}
+    )
+    write_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "a client that takes none of its response for this long while 64 KiB wait for it is "
+            "disconnected (its generation is aborted)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         _positive("max_body_bytes", self.max_body_bytes)
+        if self.max_connections < 0:
+            raise ValueError(f"max_connections must be >= 0, got {self.max_connections}")
+        for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "write_timeout_s"):
+            _positive(name, getattr(self, name))
         if self.processes < 0:
             raise ValueError(f"processes must be >= 0, got {self.processes}")
 
@@ -194,9 +229,67 @@ class WorkerPoolConfig:
         },
     )
 
+    worker_ping_after_s: float = field(
+        default=5.0,
+        metadata={
+            "help": "a Generate connection (h2) silent this long while calls are open sends a PING (then after 2x "
+            "and 4x as long; none more until data arrives, as gRPC servers' ping limits require)"
+        },
+    )
+    worker_ping_timeout_s: float = field(
+        default=5.0,
+        metadata={"help": "a PING unanswered this long: the connection is dead and its calls fail (both transports)"},
+    )
+    worker_keepalive_s: float = field(
+        default=10.0,
+        metadata={"help": "grpc.aio's keepalive_time: it PINGs this often (workers refuse more often than they allow)"},
+    )
+    worker_idle_timeout_s: float = field(
+        default=300.0, metadata={"help": "a worker connection without calls this long is closed (reopened on use)"}
+    )
+    worker_tls_ca_file: str = field(
+        default="",
+        metadata={"help": "PEM CA certificate(s) grpcs:// workers' certificates must chain to (default: system)"},
+    )
+    worker_tls_cert_file: str = field(
+        default="", metadata={"help": "PEM client certificate presented to grpcs:// workers (mutual TLS)"}
+    )
+    worker_tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM key of worker_tls_cert_file"})
+    worker_tls_server_name: str = field(
+        default="", metadata={"help": "name grpcs:// workers' certificates must carry (default: the URL's host)"}
+    )
+    max_workers: int = field(
+        default=256,
+        metadata={
+            "help": "most workers the cluster registry may hold (each costs every node two connections, a health "
+            "check per interval and a KV-event stream)"
+        },
+    )
+    worker_allowed_networks: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "CIDRs worker IP addresses must lie in (default: anywhere but link-local/metadata ranges, "
+            "which only a network listed here inside them opens)",
+            "metavar": "CIDR",
+        },
+    )
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        return NetworkPolicy(allowed=parse_networks(self.worker_allowed_networks, "worker_allowed_networks"))
+
     def __post_init__(self) -> None:
-        for url in (*self.workers, *self.prefill_workers, *self.decode_workers):
-            parse_worker_url(url)
+        policy = self.network_policy
+        urls = (*self.workers, *self.prefill_workers, *self.decode_workers)
+        for url in urls:
+            policy.check(url, parse_target(url))
+        _positive("max_workers", self.max_workers)
+        for name in ("worker_ping_after_s", "worker_ping_timeout_s", "worker_keepalive_s", "worker_idle_timeout_s"):
+            _positive(name, getattr(self, name))
+        if bool(self.worker_tls_cert_file) != bool(self.worker_tls_key_file):
+            raise ValueError("worker_tls_cert_file, worker_tls_key_file: set both (mutual TLS) or neither")
+        if len(set(urls)) > self.max_workers:
+            raise ValueError(f"workers: {len(set(urls))} given, more than max_workers ({self.max_workers})")
         _positive("health_interval_s", self.health_interval_s)
         _positive("health_timeout_s", self.health_timeout_s)
         _positive("health_publish_interval_s", self.health_publish_interval_s)
@@ -337,12 +430,8 @@ class LogConfig:
 
 
 def parse_worker_url(url: str) -> str:
-    """Return the gRPC target ``host:port`` of ``grpc://host:port``; raises ValueError naming the URL."""
-    parts = urlsplit(url)
-    if parts.scheme != "grpc" or not parts.hostname or parts.port is None:
-        raise ValueError(f"worker URL {url!r} must look like grpc://host:port")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{parts.port}"
+    """Return the gRPC target ``host:port`` of ``grpc[s]://host:port``; raises ValueError naming the URL."""
+    return parse_target(url).authority
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """The middleware chain, configured in one place (``middleware_chain``), outermost first:
 
-    metrics          counts every answer by route and status (outermost: it sees the status errors made)
+    (outer)          what the composition root puts first: the connection gate
+    metrics          counts every answer by route and status (outside errors: it sees the status they made)
     errors           maps every exception to the route's API error envelope, never a traceback
     request context  request id, tenant, routing key: made once here, read by every stage (context_of)
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -93,13 +94,16 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
 
 def middleware_chain(
     *,
+    outer: Sequence[Middleware] = (),
     metrics: Middleware,
     envelopes: Mapping[AbstractRoute, ErrorEnvelope],
     tenancy: ApiConfig,
     routing_key_header: str,
 ) -> list[Middleware]:
-    """The chain, outermost first (see the module docstring)."""
+    """The chain, outermost first (see the module docstring); ``outer`` go before all of it (the connection
+    gate, node/http/connections.py, which must see every request first)."""
     return [
+        *outer,
         metrics,
         errors(envelopes),
         request_context(tenancy=tenancy, routing_key_header=routing_key_header),

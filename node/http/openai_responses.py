@@ -30,7 +30,7 @@ from node.http.pages import json_response, mint_id, page_object, page_query
 from node.http.responses_output import ResponseOutput
 from node.http.responses_stream import ResponseEvents
 from node.http.responses_types import ResponsesRequest
-from node.http.sse import SSE_HEADERS
+from node.http.sse import open_stream
 from node.pipeline import responses_items as items
 from node.pipeline.events import Finish, Usage
 from node.pipeline.request import ChatPrompt, GenerateRequest, Sampling
@@ -308,8 +308,7 @@ class Responses(common.OpenAIAdapter):
             # The first batch is awaited before the 200 goes out, so "no healthy worker" or a worker that
             # cannot be reached is a plain HTTP error, not a broken stream.
             first = await anext(events, None)
-            resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
-            await resp.prepare(request)
+            resp = await open_stream(request)  # writes wait for a slow reader (node/http/sse.py)
             started = turn.response(status="in_progress", output=[])
             await resp.write(
                 frames.response("response.created", started) + frames.response("response.in_progress", started)

@@ -11,13 +11,11 @@ Pure: frames out (``b""`` when not streaming), no I/O; ids come from the injecte
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from node.http.responses_stream import ResponseEvents
 from node.pipeline.events import ContentDelta, Event, ReasoningDelta, ToolCallDelta
-
-IdFactory = Callable[[str], str]
+from node.pipeline.responses_items import IdFactory
 
 _MESSAGE, _REASONING, _CALL = "message", "reasoning", "function_call"
 
@@ -43,13 +41,6 @@ class ResponseOutput:
         self._texts: list[str] = []
         self._call = -1  # the open function_call's call number
         self._head = b""
-
-    @property
-    def text(self) -> str:
-        """The answer's message text so far (every message item)."""
-        return "".join(p["text"] for i in self.items if i["type"] == _MESSAGE for p in i["content"]) + (
-            "".join(self._texts) if self._kind == _MESSAGE else ""
-        )
 
     def feed(self, ev: Event) -> bytes:
         if type(ev) is ContentDelta:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
 from node.config import RequestLimits
@@ -47,12 +48,17 @@ def build_app(
     retry: RetryConfig | None = None,
     deadlines: DeadlineConfig | None = None,
     limits: RequestLimits | None = None,
+    outer_middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     limits = limits or RequestLimits()
     # Filled as adapters register their routes below; the error middleware reads it per request.
     envelopes: dict[AbstractRoute, ErrorEnvelope] = {}
     chain = middleware_chain(
-        metrics=metrics.middleware(), envelopes=envelopes, tenancy=tenancy, routing_key_header=routing_key_header
+        outer=outer_middlewares,
+        metrics=metrics.middleware(),
+        envelopes=envelopes,
+        tenancy=tenancy,
+        routing_key_header=routing_key_header,
     )
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in the API's envelope past it.
     app = web.Application(
