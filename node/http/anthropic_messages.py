@@ -24,7 +24,7 @@ from node.http.anthropic_types import CountTokensRequest, MessagesRequest
 from node.http.envelopes import EdgeError
 from node.http.errors import REQUEST_LIMITS, read_json
 from node.http.middleware import context_of
-from node.http.sse import SSE_HEADERS, SseStream
+from node.http.sse import SseStream, open_stream
 from node.pipeline.events import ContentDelta, Finish, ReasoningDelta, ToolCallDelta, Usage
 from node.pipeline.request import GenerateRequest, Sampling
 from node.pipeline.run import Run
@@ -319,8 +319,7 @@ class Messages:
             # The first batch is awaited before the 200 goes out: no healthy worker, or a worker that cannot
             # be reached, is a plain HTTP error in Anthropic's envelope, not a broken stream.
             first = await anext(events, None)
-            resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
-            await resp.prepare(request)
+            resp = await open_stream(request)  # writes wait for a slow reader (node/http/sse.py)
             out = SseStream(resp)
             usage = run.usage
             start: dict[str, Any] = {
