@@ -12,6 +12,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
 from node.config import RequestLimits
+from node.drain import Drain
 from node.http.adapter import AdapterEnv, AdapterFactory
 from node.http.adapters import ADAPTERS
 from node.http.envelopes import ErrorEnvelope
@@ -49,8 +50,11 @@ def build_app(
     deadlines: DeadlineConfig | None = None,
     limits: RequestLimits | None = None,
     outer_middlewares: Sequence[Middleware] = (),
+    drain: Drain | None = None,
 ) -> web.Application:
+    """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say."""
     limits = limits or RequestLimits()
+    draining = drain or Drain()
     # Filled as adapters register their routes below; the error middleware reads it per request.
     envelopes: dict[AbstractRoute, ErrorEnvelope] = {}
     chain = middleware_chain(
@@ -123,9 +127,9 @@ def build_app(
 
     async def readiness(request: web.Request) -> web.Response:
         healthy = pool.healthy()
-        ready = pool.can_serve()
+        ready = pool.can_serve() and not draining.draining
         body = {
-            "status": "ready" if ready else "not ready",
+            "status": "draining" if draining.draining else "ready" if ready else "not ready",
             "policy": pool.policy_name,
             "healthy_workers": len(healthy),
             "workers": [
