@@ -19,7 +19,8 @@ from anthropic.types import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.errors import NoHealthyWorker, WorkerFailed
+from node.errors import GatewayError, NoHealthyWorker, WorkerFailed
+from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel, load_served_model
 from tests.http.test_agentic import QWEN_CALL, QWEN_THOUGHT, Edge, qwen_answer, serve
 
@@ -301,6 +302,46 @@ async def test_worker_failures_map_to_anthropic_statuses(
         with pytest.raises(anthropic.APIStatusError) as err:
             await client.messages.create(model="qwen", max_tokens=8, messages=ASK)
     assert err.value.status_code == status and err.value.body["error"]["type"] == kind  # type: ignore[index]
+
+
+class _Refused(GatewayError):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("status", "sdk_error", "kind"),
+    [
+        (401, anthropic.AuthenticationError, "authentication_error"),
+        (403, anthropic.PermissionDeniedError, "permission_error"),
+        (429, anthropic.RateLimitError, "rate_limit_error"),
+        (504, anthropic.APIStatusError, "timeout_error"),
+    ],
+)
+async def test_refusals_of_other_layers_reach_the_sdk_as_anthropic_errors(
+    q: tuple[Edge, AsyncAnthropic], monkeypatch: pytest.MonkeyPatch, status: int, sdk_error: type, kind: str
+) -> None:
+    """A refusal raised anywhere behind the error middleware (auth, rate limits, deadlines) leaves in
+    Anthropic's envelope with its status, so the SDK raises its own exception class."""
+    _, client = q
+    refusal = type("Refusal", (_Refused,), {"status": status})
+
+    def refuse(self: Pipeline, requested: str) -> ServedModel:
+        raise refusal("refused")
+
+    monkeypatch.setattr(Pipeline, "model", refuse)
+    with pytest.raises(sdk_error) as err:
+        await client.messages.create(model="qwen", max_tokens=8, messages=ASK)
+    assert err.value.status_code == status  # type: ignore[attr-defined]
+    assert err.value.body == {"type": "error", "error": {"type": kind, "message": "refused"}}  # type: ignore[attr-defined]
+
+
+async def test_a_body_over_the_limit_is_request_too_large(q: tuple[Edge, AsyncAnthropic]) -> None:
+    _, client = q
+    with pytest.raises(anthropic.APIStatusError) as err:
+        await client.messages.create(
+            model="qwen", max_tokens=8, messages=[{"role": "user", "content": "x" * (2 << 20)}]
+        )
+    assert err.value.status_code == 413 and err.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
 
 
 async def test_other_statuses_map_to_their_anthropic_types() -> None:
