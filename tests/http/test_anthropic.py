@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import pydantic
 import pytest
 import pytest_asyncio
 from anthropic import AsyncAnthropic
-from anthropic.types import Message
+from anthropic.types import Message, RawMessageStreamEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -173,6 +174,16 @@ async def test_streaming_event_order_and_block_indexes(q: tuple[Edge, AsyncAnthr
     events = await _raw_events(
         edge, {"model": "qwen", "max_tokens": 2048, "messages": ASK, "tools": [WEATHER], "thinking": THINK}
     )
+    # The SDK builds its objects without validating: validate the wire JSON against its types here.
+    adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)
+    for name, data in events:
+        if name != "ping":
+            adapter.validate_python(data)
+    async with edge.http.post(
+        f"{edge.url}/v1/messages",
+        json={"model": "qwen", "max_tokens": 2048, "messages": ASK, "tools": [WEATHER], "thinking": THINK},
+    ) as r:
+        Message.model_validate(await r.json())
     names = [n for n, _ in events]
     assert names[:2] == ["message_start", "ping"] and names[-2:] == ["message_delta", "message_stop"]
     start = events[0][1]["message"]
