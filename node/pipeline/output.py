@@ -63,6 +63,7 @@ class _Choice:
     last_chunk: tuple[int, ...] = ()  # ids of the latest streamed chunk
     consumed: int = 0  # ids that count as completion tokens
     finished: bool = False
+    over_budget: bool = False  # reached the reasoning budget inside the block: ends after this step
 
 
 def _ended(choice: _Choice) -> bool:
@@ -102,6 +103,8 @@ class OutputProcessor:
         # The parsers' special-token delimiters are decoded even when the client skips special tokens.
         keep = plan.keep_ids if plan is not None and spec.params.skip_special_tokens else frozenset()
         think_ids = plan.think_ids if plan is not None else None
+        # The reasoning budget is enforced where reasoning tokens are counted (by id): not without think ids.
+        self._think_budget = plan.think_budget if plan is not None and think_ids is not None else None
 
         def detokenizer() -> Detokenizer:
             if keep:
@@ -127,7 +130,13 @@ class OutputProcessor:
         self.worker_streams = spec.client_stream or bool(spec.stops)
         # Per-token stepping is needed only to know exactly which token completed a stop string or to attach
         # logprobs/ids to the text they produced; otherwise whole chunks are detokenized at once.
-        self._per_token = bool(spec.stops) or spec.params.logprobs is not None or spec.want_token_ids
+        # A reasoning budget ends a choice at an exact token too, whatever the chunking.
+        self._per_token = (
+            bool(spec.stops)
+            or spec.params.logprobs is not None
+            or spec.want_token_ids
+            or self._think_budget is not None
+        )
         # Read per token: kept as plain attributes rather than looked up through the spec each time.
         self._min_tokens = spec.params.min_tokens
         self._terminators = spec.terminators
@@ -211,7 +220,7 @@ class OutputProcessor:
             step = choice.stops.feed(text)
             if step.stopped:
                 self._emit(choice, index, step.emit, events, lp=lp, token_ids=self._ids_of(ids))
-                self._close(choice, index, "stop", events)
+                self._close(choice, index, "stop", events, stop=step.matched)
                 return
             text = step.emit
         # The common case inline (no text stages): one ContentDelta or nothing; _emit otherwise.
@@ -226,6 +235,8 @@ class OutputProcessor:
             events.append(ContentDelta(index, text, lp, tuple(ids) if self._want_ids else ()))
         elif self._want_ids and ids:
             events.append(ContentDelta(index, "", (), tuple(ids)))
+        if choice.over_budget:
+            self._finish(choice, index, "length", events)
 
     def _think(self, choice: _Choice, ids: list[int]) -> None:
         thinking = choice.thinking
@@ -233,6 +244,9 @@ class OutputProcessor:
             before = thinking.count
             thinking.feed(ids)
             self.usage.reasoning_tokens += thinking.count - before
+            budget = self._think_budget
+            if budget is not None and thinking.count >= budget and not thinking.done:
+                choice.over_budget = True
             if thinking.done:
                 choice.thinking = None  # past the block: nothing more to count
 
@@ -267,13 +281,15 @@ class OutputProcessor:
     ) -> None:
         """End a choice: flush what the detokenizer and stop matcher held back."""
         tail = text + choice.detok.finish()
+        stop = None
         if choice.stops is not None:
             step = choice.stops.feed(tail)
             tail = step.emit if step.stopped else step.emit + choice.stops.flush()
+            stop = step.matched
         self._emit(choice, index, tail, events, lp=lp)
-        self._close(choice, index, reason, events)
+        self._close(choice, index, reason, events, stop=stop)
 
-    def _close(self, choice: _Choice, index: int, reason: str, events: list[Event]) -> None:
+    def _close(self, choice: _Choice, index: int, reason: str, events: list[Event], *, stop: str | None = None) -> None:
         for k, stage in enumerate(choice.stages):
             rest = stage.finish(index, events)
             for later in choice.stages[k + 1 :]:
@@ -282,4 +298,4 @@ class OutputProcessor:
                 events.append(ContentDelta(index, rest))
         choice.finished = True
         self._open -= 1
-        events.append(Finish(index, reason))
+        events.append(Finish(index, reason, stop))

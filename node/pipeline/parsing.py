@@ -109,6 +109,9 @@ class ParserPlan:
     # The engine was constrained to call (tool_choice required / a named function): the answer is bare JSON
     # (node/pipeline/parsers/forced.py), not the family's markup. None: the family's tool-call parser.
     forced: Literal["required"] | NamedTool | None = None
+    # At most this many reasoning tokens (counted by ``think_ids``): a choice still reasoning then ends
+    # "length" (GenerateRequest.reasoning_budget). None: uncapped.
+    think_budget: int | None = None
 
 
 class KeepingDetokenizer:

@@ -155,7 +155,7 @@ def parser_plan(
     if constrained and tools is not None:
         choice = tools.choice
         forced = choice if isinstance(choice, NamedTool) else "required" if choice == "required" else None
-    if tool_parser is None and reasoning is None and forced is None:
+    if tool_parser is None and reasoning is None and forced is None:  # (no reasoning parser: nothing to cap)
         return None
     in_reasoning = False
     if reasoning is not None:
@@ -178,6 +178,7 @@ def parser_plan(
         keep_ids=parsers.keep_ids,
         think_ids=parsers.think_ids,
         forced=forced,
+        think_budget=request.reasoning_budget,
     )
 
 

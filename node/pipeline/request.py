@@ -115,3 +115,6 @@ class GenerateRequest:
     # Structured output the engine must enforce (node.pipeline.constraints; each adapter reads its API's fields).
     # With tool_choice required or a named function it is the tool forcing (one source at most per request).
     constraint: Constraint | None = None
+    # At most this many tokens inside the reasoning block: a choice still reasoning then ends "length"
+    # (None: uncapped). Enforced where reasoning tokens are counted by id (the model's think ids).
+    reasoning_budget: int | None = None
