@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
-from node.auth.metering import record_usage
+from node.auth.metering import record_usage, reserve_tokens
 from node.config import RequestLimits
 from node.drain import Drain
 from node.http.adapter import AdapterEnv, AdapterFactory
@@ -27,6 +27,7 @@ from node.pipeline.cpu import CpuPool
 from node.pipeline.events import Usage
 from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel
+from node.pipeline.spec import Prepared
 from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.workers.deadlines import DeadlineConfig
 from node.workers.pool import WorkerPool
@@ -41,6 +42,10 @@ def _json(obj: object, status: int = 200) -> web.Response:
 def _observe_usage(metrics: NodeMetrics, usage: Usage) -> None:
     metrics.observe_usage(usage)
     record_usage(usage.prompt_tokens, usage.completion_tokens)  # the request's meter, when it is limited
+
+
+def _reserve(prepared: Prepared) -> None:
+    reserve_tokens(prepared.reserve_tokens)  # the request's limits, when it has a token limit
 
 
 def build_app(
@@ -95,6 +100,7 @@ def build_app(
         cpu=cpu,
         limits=limits,
         on_usage=functools.partial(_observe_usage, metrics),
+        on_admit=_reserve,
         retry=retry,
         deadlines=deadlines,
     )
