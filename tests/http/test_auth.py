@@ -315,3 +315,28 @@ async def test_anthropic_messages_refusals_speak_anthropics_error_envelope(secur
     status, payload, headers = await secured.call("POST", "/v1/messages", limited, body)
     assert status == 429 and payload["type"] == "error" and payload["error"]["type"] == "rate_limit_error", payload
     assert "Retry-After" in headers and headers["x-ratelimit-remaining-requests"] == "0"
+
+
+async def test_a_stream_the_client_abandons_releases_its_reservation(secured: Secured) -> None:
+    """An aborted request's unused reservation goes back to the window: only what it used stays charged."""
+    key = (await secured.create_key(tenant="ta", role="user", limits={"tokens_per_minute": 2000}))["key"]
+    headers = {"Authorization": f"Bearer {key}"}
+    body = {
+        "model": secured.node.model.name,
+        "messages": [{"role": "user", "content": "tell me a long story"}],
+        "max_tokens": 1500,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    await _clear_of_a_window_boundary()
+    async with secured.session.post(secured.node.url + "/v1/chat/completions", json=body, headers=headers) as r:
+        assert r.status == 200 and int(r.headers["x-ratelimit-remaining-tokens"]) < 500  # reserved
+        await r.content.readline()
+        r.close()  # the client goes away mid-stream
+    deadline = time.monotonic() + 5
+    while True:
+        remaining = int((await secured.call("GET", "/v1/models", key))[2]["x-ratelimit-remaining-tokens"])
+        if remaining > 500 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert 500 < remaining < 2000, remaining  # refunded, but the prompt it used is charged
