@@ -14,18 +14,32 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from mesh import Mesh
+from node.auth.authenticator import ApiKeyAuthenticator
+from node.auth.config import read_bootstrap_key
+from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
-from node.config import HttpConfig, NodeConfig
+from node.config import HttpConfig, ModelConfig, NodeConfig
 from node.drain import Drain
+from node.http.auth_middleware import auth_middleware
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
+from node.http.keys_api import add_key_routes
+from node.http.limits_api import add_limit_routes
+from node.http.limits_middleware import add_rate_headers, limits_middleware
 from node.http.mesh_routes import add_mesh_routes
+from node.http.middleware import errors
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
+from node.http.tls import ServerTls, TlsFiles
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
@@ -55,6 +69,10 @@ class RunningNode:
     pool: WorkerPool
     shared: SharedState
     mesh: Mesh | None = None
+    #: HTTPS: the live context and its reload (SIGHUP), or None for plain HTTP.
+    tls: ServerTls | None = None
+    #: The admin API's own listener (--admin-bind), or None when the main port serves it.
+    admin_url: str | None = None
 
 
 #: Connections the kernel queues before we accept them (a burst of clients connecting at once).
@@ -81,7 +99,15 @@ async def run_node(
     config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
-    WorkerTlsError on unusable worker TLS files."""
+    WorkerTlsError on unusable worker TLS files, AuthConfigError on an unreadable bootstrap key file."""
+    # Read before anything starts: a bad key file stops the node with the file named.
+    bootstrap_key = read_bootstrap_key(config.auth)
+    http = config.http
+    tls = (
+        ServerTls(TlsFiles(http.tls_cert_file, http.tls_key_file, http.tls_client_ca_file))
+        if http.tls_cert_file
+        else None
+    )
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -179,6 +205,17 @@ async def run_node(
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
         lag_monitor.export(metrics.registry)
+        middlewares: list[Middleware] = []
+        if config.auth.enforced(config.http.host):
+            authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
+            failures = metrics.auth_failures
+            jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
+            middlewares.append(
+                auth_middleware(authenticator, jwt=jwt, on_failure=lambda f: failures.labels(f.reason).inc())
+            )
+            middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
+        else:
+            log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)
         gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
         metrics.watch_connections(gate)
         app = build_app(
@@ -196,10 +233,17 @@ async def run_node(
             deadlines=config.deadlines,
             limits=config.limits,
             drain=drain,
+            inner_middlewares=middlewares,
         )
+        # The admin API on the main port, or on its own listener (--admin-bind), behind the same auth.
+        admin = app if config.auth.admin_addr is None else web.Application(middlewares=[errors({}), *middlewares])
         if mesh is not None:
-            add_mesh_routes(app, mesh)
-        add_worker_routes(app, pool, shared.registry)
+            add_mesh_routes(admin, mesh)
+        add_worker_routes(admin, pool, shared.registry)
+        add_key_routes(admin, shared.keys)
+        add_limit_routes(admin, shared.tenant_limits)
+        app.on_response_prepare.append(add_rate_headers)
+        admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
@@ -212,11 +256,22 @@ async def run_node(
             port=config.http.port,
             backlog=LISTEN_BACKLOG,
             reuse_port=config.http.reuse_port,
+            ssl_context=tls.context if tls is not None else None,
         )
         stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
         port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
-        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
+        scheme = "https" if tls is not None else "http"
+        node = RunningNode(
+            url=f"{scheme}://{host}:{port}",
+            port=port,
+            model=model,
+            pool=pool,
+            shared=shared,
+            mesh=mesh,
+            tls=tls,
+            admin_url=admin_url,
+        )
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
         # Unwound first: readiness 503 and the mesh leave start before the listener closes.
@@ -232,12 +287,34 @@ def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
     log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
 
 
+async def _serve_admin(stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None) -> str:
+    """Serve the admin application on ``addr`` until the stack unwinds; returns its URL (plain HTTP: an
+    operator network, like the mesh's)."""
+    assert addr is not None
+    runner = web.AppRunner(admin, access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(runner, addr[0], addr[1])
+    await site.start()
+    port = int(runner.addresses[0][1])
+    host = addr[0] if ":" not in addr[0] else f"[{addr[0]}]"
+    log.info("admin API on http://%s:%d", host, port)
+    return f"http://{host}:{port}"
+
+
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:
     """Load every model folder (tokenizers in parallel threads). One model takes its name and context length
     from the workers' GetModelInfo, as before; several are named by their folders (or the workers' names
     matching them) and each served by the workers that name it. Raises ValueError on a name clash."""
     loop = asyncio.get_running_loop()
     paths = config.model.model_path
+    # The names a MODEL=NAME parser override may use: the served name given, the folder's name or path.
+    known = [
+        frozenset({path, Path(path).name} | ({served} if served else set()))
+        for k, path in enumerate(paths)
+        for served in [config.model.served_model_name if k == 0 else ""]
+    ]
+    _check_parser_overrides(config.model, known)
     loading = [
         loop.run_in_executor(
             None,
@@ -247,6 +324,8 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
                 served_name=config.model.served_model_name if k == 0 else "",
                 chat_template_file=config.model.chat_template if k == 0 else "",
                 tokenizer_cache=config.tokenizer_cache,
+                tool_call_parser=config.model.parsers_for(known[k])[0],
+                reasoning_parser=config.model.parsers_for(known[k])[1],
             ),
         )
         for k, path in enumerate(paths)
@@ -270,6 +349,16 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     if len(set(names)) != len(names):
         raise ValueError(f"two model folders serve the same name: {', '.join(names)}")
     return models
+
+
+def _check_parser_overrides(config: ModelConfig, known: list[frozenset[str]]) -> None:
+    """Raises ValueError for a MODEL=NAME parser override naming no served model (a typo would otherwise
+    silently leave that model on the fleet-wide parser)."""
+    for values in (config.model_tool_call_parser, config.model_reasoning_parser):
+        for value in values:
+            model = value.rpartition("=")[0]
+            if not any(model in names for names in known):
+                raise ValueError(f"parser override {value!r}: no --model-path is known as {model!r}")
 
 
 def _model_of(models: list[ServedModel], worker: Worker) -> str | None:

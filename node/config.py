@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
 
+from node.auth.config import AuthConfig
 from node.cluster.config import ClusterConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
@@ -93,6 +94,15 @@ class HttpConfig:
         },
     )
 
+    tls_cert_file: str = field(
+        default="",
+        metadata={"help": "PEM certificate (chain) to serve HTTPS with (and --tls-key-file); re-read on SIGHUP"},
+    )
+    tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM private key of --tls-cert-file"})
+    tls_client_ca_file: str = field(
+        default="", metadata={"help": "PEM CA: clients must present a certificate it signed (mutual TLS)"}
+    )
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
@@ -103,6 +113,10 @@ class HttpConfig:
             raise ValueError(f"max_connections must be >= 0, got {self.max_connections}")
         for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "write_timeout_s"):
             _positive(name, getattr(self, name))
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file (HTTPS)")
         if self.processes < 0:
             raise ValueError(f"processes must be >= 0, got {self.processes}")
 
@@ -127,6 +141,42 @@ class ModelConfig:
     chat_template: str = field(
         default="", metadata={"help": "file with a Jinja chat template overriding tokenizer_config.json's"}
     )
+    tool_call_parser: str = field(
+        default="auto",
+        metadata={
+            "help": "tool-call parser of every model, by vLLM's name (hermes, llama3_json, deepseek_v3, ...); "
+            "auto: detected from the model folder; none: tool calls stay text"
+        },
+    )
+    reasoning_parser: str = field(
+        default="auto",
+        metadata={
+            "help": "reasoning parser of every model, by vLLM's name (qwen3, deepseek_r1, ...); auto: detected "
+            "from the model folder; none: reasoning stays text"
+        },
+    )
+    model_tool_call_parser: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "MODEL=NAME: the tool-call parser of one model (its served name, folder name or path), "
+            "overriding --tool-call-parser; repeat per model",
+            "metavar": "MODEL=NAME",
+        },
+    )
+    model_reasoning_parser: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "MODEL=NAME: the reasoning parser of one model, overriding --reasoning-parser; repeat per model",
+            "metavar": "MODEL=NAME",
+        },
+    )
+
+    def parsers_for(self, names: frozenset[str]) -> tuple[str, str]:
+        """The (tool-call, reasoning) parser names of the model known by ``names`` (served name, folder
+        name, path): its MODEL=NAME override, else the fleet-wide setting."""
+        tool = next((v for k, v in _pairs(self.model_tool_call_parser) if k in names), self.tool_call_parser)
+        reasoning = next((v for k, v in _pairs(self.model_reasoning_parser) if k in names), self.reasoning_parser)
+        return tool, reasoning
 
     def __post_init__(self) -> None:
         given: object = self.model_path
@@ -136,6 +186,24 @@ class ModelConfig:
             raise ValueError("model_path is required (--model-path DIR)")
         if len(set(self.model_path)) != len(self.model_path):
             raise ValueError("model_path: a folder is given twice")
+        for key in ("model_tool_call_parser", "model_reasoning_parser"):
+            given = getattr(self, key)
+            if isinstance(given, str):
+                object.__setattr__(self, key, (given,) if given else ())
+            models = [m for m, _ in _pairs(getattr(self, key), key=key)]
+            if len(set(models)) != len(models):
+                raise ValueError(f"{key}: a model is given twice")
+
+
+def _pairs(values: tuple[str, ...], *, key: str = "") -> list[tuple[str, str]]:
+    """MODEL=NAME values as pairs. Raises ValueError (naming ``key``) for a value without both sides."""
+    out = []
+    for value in values:
+        model, sep, name = value.rpartition("=")
+        if not sep or not model or not name:
+            raise ValueError(f"{key}: expected MODEL=NAME, got {value!r}")
+        out.append((model, name))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,10 +471,18 @@ class NodeConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
     log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        """Raises AuthConfigError (a ValueError) for an open node on a non-loopback address (see AuthConfig)."""
+        self.auth.enforced(self.http.host)
+        admin = self.auth.admin_addr
+        if admin is not None:
+            self.auth.enforced(admin[0])
 
 
 def _sections(config: type[object]) -> Mapping[str, type[object]]:

@@ -196,6 +196,30 @@ class _StateCollector(Collector):
             )
 
 
+class _LimitsCollector(Collector):
+    """The limiter's refusals and whether it enforces a reduced share (cut off from part of the cluster)."""
+
+    def __init__(self, shared: SharedState) -> None:
+        self._limiter = shared.limiter
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        refused = CounterMetricFamily(
+            "smg_node_rate_limited", "Requests refused 429, by the limit that refused them.", labels=["limit"]
+        )
+        for kind, count in self._limiter.refused.items():
+            refused.add_metric([kind], count)
+        yield refused
+        share = self._limiter.share()
+        yield GaugeMetricFamily(
+            "smg_node_limits_share",
+            "Share of each limit this node admits: 1 when it sees the whole cluster, less while cut off (fail-safe).",
+            value=share,
+        )
+        yield GaugeMetricFamily(
+            "smg_node_limits_degraded", "1 while this node enforces limits on a partial view.", value=float(share < 1)
+        )
+
+
 class _ConnectionCollector(Collector):
     """Client connections (node/http/connections.py): open, the cap, and what the bounds closed or refused."""
 
@@ -239,6 +263,12 @@ class NodeMetrics:
         self.cached_tokens = self.tokens.labels("cached_prompt")
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
+        self.auth_failures = Counter(
+            "smg_node_auth_failures",
+            "Requests refused 401, by reason (missing, malformed, unknown, revoked, expired).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.registry.register(_WorkerCollector(pool))
         self.registry.register(_RoutingCollector(pool))
 
@@ -250,6 +280,7 @@ class NodeMetrics:
 
     def watch_state(self, shared: SharedState) -> None:
         self.registry.register(_StateCollector(shared))
+        self.registry.register(_LimitsCollector(shared))
 
     def watch_tokenizer(self, tokenizer: Tokenizer) -> None:
         self.registry.register(_TokenizerCacheCollector(tokenizer))

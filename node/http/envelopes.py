@@ -28,6 +28,10 @@ class EdgeError:
 
 
 class ErrorEnvelope(Protocol):
+    def status(self, error: EdgeError) -> int:
+        """The HTTP status the API answers this error with (APIs differ: Anthropic's overloaded is 529)."""
+        ...
+
     def body(self, error: EdgeError) -> bytes:
         """The JSON body of an error response."""
         ...
@@ -35,6 +39,9 @@ class ErrorEnvelope(Protocol):
 
 class OpenAIEnvelope:
     """{"error": {"message", "type", "param", "code"}}"""
+
+    def status(self, error: EdgeError) -> int:
+        return error.status
 
     def body(self, error: EdgeError) -> bytes:
         return error_body(error.message, error.error_type, param=error.param, code=error.code)

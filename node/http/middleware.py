@@ -3,10 +3,14 @@
     (outer)          what the composition root puts first: the connection gate
     metrics          counts every answer by route and status (outside errors: it sees the status they made)
     errors           maps every exception to the route's API error envelope, never a traceback
-    request context  request id, tenant claim (checked where a route reads it), routing key: made once
-                     here, read by every stage (context_of)
+    request context  request id, identity, tenant claim (checked where a route reads it), routing key:
+                     made once here, read by every stage (context_of)
 
-Authentication, rate limits and tracing plug in as further entries of the same list.
+    (inner)          authentication and limits (node/http/auth_middleware.py, limits_middleware.py): inside
+                     the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
+                     the context, whose tenant and identity come from the verified credential
+
+Tracing plugs in as a further entry of the same list.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
 from node.errors import GatewayError
+from node.http.auth_middleware import IDENTITY
 from node.http.envelopes import OPENAI, EdgeError, ErrorEnvelope
 from node.http.tenancy import ApiConfig, tenant_claim
 from node.pipeline.context import RequestContext
@@ -51,6 +56,7 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
             request_id=rid,
             routing_key=request.headers.get(routing_key_header),
             headers=request.headers,
+            identity=request.get(IDENTITY),
             tenant_claim=tenant_claim(request, tenancy),
         )
         return await handler(request)
@@ -74,7 +80,7 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
             return await handler(request)
         except GatewayError as exc:
             error = EdgeError.of(exc)
-            headers: dict[str, str] = {}
+            headers: dict[str, str] = dict(exc.headers)  # WWW-Authenticate, Retry-After, x-ratelimit-*
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -88,7 +94,7 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
             headers = {}
         envelope = envelopes.get(request.match_info.route, OPENAI)
         return web.Response(
-            status=error.status, body=envelope.body(error), content_type="application/json", headers=headers
+            status=envelope.status(error), body=envelope.body(error), content_type="application/json", headers=headers
         )
 
     return map_errors
@@ -101,6 +107,7 @@ def middleware_chain(
     envelopes: Mapping[AbstractRoute, ErrorEnvelope],
     tenancy: ApiConfig,
     routing_key_header: str,
+    inner: Sequence[Middleware] = (),
 ) -> list[Middleware]:
     """The chain, outermost first (see the module docstring); ``outer`` go before all of it (the connection
     gate, node/http/connections.py, which must see every request first)."""
@@ -108,5 +115,6 @@ def middleware_chain(
         *outer,
         metrics,
         errors(envelopes),
+        *inner,
         request_context(tenancy=tenancy, routing_key_header=routing_key_header),
     ]

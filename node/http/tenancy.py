@@ -1,6 +1,7 @@
 """Which tenant a request belongs to: every Responses/Conversations id lives in exactly one tenant's space.
 
-The tenant is read from `X-SMG-Tenant` only when the operator says an authenticating proxy in front of the
+With authentication on, the tenant is the verified identity's (its API key's), whatever the headers say.
+Without, it is read from `X-SMG-Tenant` only when the operator says an authenticating proxy in front of the
 node sets (and strips) that header; otherwise any client could read another tenant's history by naming it,
 so every request belongs to the one tenant `default`.
 """

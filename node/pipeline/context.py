@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from node.auth.identity import Identity
 from node.config import TENANT_HEADER
 from node.errors import InvalidRequest
 from storage.errors import InvalidInput
@@ -22,6 +23,8 @@ class RequestContext:
     # The client's X-Request-Id (when it sent a valid one) or one we minted; echoed in the response header
     # and in logs. Not the worker request id: clients may repeat theirs, workers need unique ones.
     request_id: str
+    # Who asks (node/auth): None when the node runs without authentication.
+    identity: Identity | None = None
     # Affinity key for routing policies (the routing-key header), if the client sent one.
     routing_key: str | None = None
     # The request's headers (case-insensitive lookups), for the hints stages honour without parsing the
@@ -36,10 +39,12 @@ class RequestContext:
 
     @property
     def tenant(self) -> str:
-        """Who asks (identity placeholder until authentication lands): the checked claim, else ``default``.
-        Raises InvalidRequest (400, ``param`` the tenant header) for a claim no store accepts."""
+        """The verified identity's tenant when authentication is on (whatever the headers say); else the
+        checked claim, or ``default``. Raises InvalidRequest (400, ``param`` the tenant header) for a claim
+        no store accepts."""
         if self._tenant is None:
-            self._tenant = checked_tenant(self.tenant_claim)
+            identity = self.identity
+            self._tenant = identity.tenant if identity is not None else checked_tenant(self.tenant_claim)
         return self._tenant
 
 
