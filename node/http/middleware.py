@@ -3,7 +3,8 @@
     (outer)          what the composition root puts first: the connection gate
     metrics          counts every answer by route and status (outside errors: it sees the status they made)
     errors           maps every exception to the route's API error envelope, never a traceback
-    request context  request id, tenant, routing key: made once here, read by every stage (context_of)
+    request context  request id, identity, tenant claim (checked where a route reads it), routing key:
+                     made once here, read by every stage (context_of)
 
     (inner)          authentication and limits (node/http/auth_middleware.py, limits_middleware.py): inside
                      the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
@@ -26,7 +27,7 @@ from aiohttp.web_urldispatcher import AbstractRoute
 from node.errors import GatewayError
 from node.http.auth_middleware import IDENTITY
 from node.http.envelopes import OPENAI, EdgeError, ErrorEnvelope
-from node.http.tenancy import ApiConfig, tenant_of
+from node.http.tenancy import ApiConfig, tenant_claim
 from node.pipeline.context import RequestContext
 
 log = logging.getLogger(__name__)
@@ -51,12 +52,13 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
     async def make_context(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get(REQUEST_ID_HEADER)
         rid = given if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        ctx = RequestContext(
-            request_id=rid, routing_key=request.headers.get(routing_key_header), headers=request.headers
+        request[CONTEXT_KEY] = RequestContext(
+            request_id=rid,
+            routing_key=request.headers.get(routing_key_header),
+            headers=request.headers,
+            identity=request.get(IDENTITY),
+            tenant_claim=tenant_claim(request, tenancy),
         )
-        request[CONTEXT_KEY] = ctx  # first: the response carries the id even when the tenant is refused
-        ctx.identity = request.get(IDENTITY)
-        ctx.tenant = tenant_of(request, tenancy)
         return await handler(request)
 
     return make_context
