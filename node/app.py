@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 from aiohttp import web
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
 from node.cluster.member import publish_http_addr, run_mesh
@@ -35,6 +36,8 @@ from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
+from node.telemetry.observe import observe
+from node.telemetry.tracing import Tracing
 from node.workers.breaker import CircuitBreaker
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
@@ -61,9 +64,13 @@ def _bound_port(runner: web.AppRunner) -> int:
 
 @contextlib.asynccontextmanager
 async def run_node(
-    config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
+    config: NodeConfig,
+    *,
+    client_factory: Callable[[str], WorkerClient] | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> AsyncIterator[RunningNode]:
-    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model."""
+    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model.
+    ``span_exporter`` replaces the OTLP exporter of traced requests (tests)."""
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -139,7 +146,14 @@ async def run_node(
         for name in by_model:
             if not any(m.answers_to(name) for m in models):
                 log.warning("--model-policy names %r, which is not a served model: ignored", name)
-        metrics = NodeMetrics(pool)
+        telemetry = config.telemetry
+        metrics = NodeMetrics(pool, multiproc_dir=telemetry.metrics_dir, process_index=max(telemetry.process_index, 0))
+        if telemetry.metrics_dir:
+            supervisor.spawn(metrics.run_snapshots(), name="metrics-snapshots")
+        tracing = None
+        if telemetry.tracing:
+            tracing = Tracing(telemetry, exporter=span_exporter)
+            stack.callback(tracing.close)
         metrics.watch_tokenizer(model.tokenizer)
         metrics.watch_state(shared)
         if mesh is not None:
@@ -162,6 +176,7 @@ async def run_node(
             stores=stores,
             tenancy=config.api,
             limits=config.limits,
+            observe=observe(metrics, tracing_=tracing, access_log_on=telemetry.access_log, identity=_identity),
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
@@ -217,6 +232,11 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     if len(set(names)) != len(names):
         raise ValueError(f"two model folders serve the same name: {', '.join(names)}")
     return models
+
+
+def _identity(request: web.Request) -> tuple[str, str]:
+    # Until the request context exists: the client's X-Request-Id as given (bounded), the default tenant.
+    return request.headers.get("X-Request-Id", "")[:128], ""
 
 
 def _model_of(models: list[ServedModel], worker: Worker) -> str | None:

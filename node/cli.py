@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -84,7 +85,14 @@ async def _serve_forever() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     config = load_node_config(args)
     setup_logging(config.log)
-    from node.processes import ProcessGroup, reserve_port, reserve_port_range, resolve_processes, sibling_keyfile
+    from node.processes import (
+        ProcessGroup,
+        metrics_dir,
+        reserve_port,
+        reserve_port_range,
+        resolve_processes,
+        sibling_keyfile,
+    )
 
     count = resolve_processes(config.http.processes)
     if count > 1 and config.storage.backend == "memory":
@@ -105,15 +113,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             base = reserve_port_range("127.0.0.1", count)
             pinned += ["--mesh-bind", f"127.0.0.1:{base}", "--mesh-profile", "local", "--mesh-key-file", keyfile]
         print(f"smg-node starting {count} node processes on http://{config.http.host}:{port}", flush=True)
+        shared_metrics = metrics_dir()  # one /metrics for all of them, whichever answers the scrape
         try:
             group = ProcessGroup(
                 argv=[*args.argv, *pinned],
                 count=count,
                 grace_s=config.http.shutdown_grace_s,
                 hangup=bool(config.cluster.mesh_key_file),  # the children reload it on SIGHUP
+                metrics_dir=shared_metrics,
             )
             return group.run()
         finally:
+            shutil.rmtree(shared_metrics, ignore_errors=True)
             if keyfile is not None:
                 os.unlink(keyfile)
     from node.app import run_node

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from node.config import RequestLimits
 from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body, error_middleware
@@ -21,6 +22,7 @@ from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel
 from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
+from node.telemetry.observe import observe as observe_middleware
 from node.workers.pool import WorkerPool
 from storage.base import Stores
 
@@ -40,12 +42,14 @@ def build_app(
     stores: Stores,
     tenancy: ApiConfig,
     limits: RequestLimits | None = None,
+    observe: Middleware | None = None,
 ) -> web.Application:
+    """``observe`` is the outermost middleware (node/telemetry/observe.py; the app's default: metrics only)."""
     limits = limits or RequestLimits()
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
-    # The metrics middleware is outermost so it counts the status the error middleware produced.
+    # The observe middleware is outermost so it counts the status the error middleware produced.
     app = web.Application(
-        middlewares=[metrics.middleware(), error_middleware],
+        middlewares=[observe or observe_middleware(metrics, access_log_on=False), error_middleware],
         client_max_size=max_body_bytes + 1,
         handler_args={
             **NO_AUTO_DECOMPRESS,

@@ -15,11 +15,15 @@ import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 
+from opentelemetry.trace import INVALID_SPAN, Span
+
 from node.errors import WorkerAborted, WorkerFailed, WorkerIncomplete, WorkerProtocolError
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.stops import StopMatcher, StopSet
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.policy import RouteRequest
+from node.telemetry import record
+from node.telemetry.spans import end_generate_span, generate_span, routing_span, span_headers
 from node.workers.breaker_client import blame
 from node.workers.client import worker_batches
 from node.workers.pool import Worker, WorkerPool
@@ -157,6 +161,7 @@ class Generation:
         route = RouteRequest(
             prompt_ids=self._spec.prompt_ids, routing_key=self._spec.routing_key, model=self._spec.model
         )
+        rec = record.current()
         for attempt in range(1, MAX_CONNECT_ATTEMPTS + 1):
             kv_transfer: str | None = None
             if self._pool.disaggregated(self._spec.model):
@@ -169,23 +174,31 @@ class Generation:
                         raise
                     self._pool.report_failure(prefill, exc)
                     continue
-                worker = self._pool.select(route, role="decode")
+                with routing_span(rec, self._pool, attempt, role="decode") as routed:
+                    worker = routed(self._pool.select(route, role="decode"))
             else:
-                worker = self._pool.select(route)
+                with routing_span(rec, self._pool, attempt) as routed:
+                    worker = routed(self._pool.select(route))
+            rec.routed(worker.url, self._pool.policy_name, self._spec.model)
             self.worker_url = worker.url
             received = False
+            span = generate_span(rec, worker.url, self._spec)
             try:
                 # aclosing: when our consumer leaves, the worker stream is closed (and aborted) now, not at GC.
-                async with contextlib.aclosing(self._run_on(worker, kv_transfer)) as batches:
+                async with contextlib.aclosing(self._run_on(worker, kv_transfer, span)) as batches:
                     async for batch in batches:
                         received = True
                         yield batch
                 return
             except WorkerFailed as exc:
+                rec.worker_error = type(exc).__name__
+                span.record_exception(exc)
                 if received or attempt == MAX_CONNECT_ATTEMPTS:
                     raise
                 self._pool.report_failure(worker, exc)
                 log.info("request %s: retrying on another worker: %s", self._spec.request_id, exc.message)
+            finally:
+                end_generate_span(span, rec, self.usage)
 
     async def _prefill_on(self, worker: Worker) -> str:
         """PD disaggregation, step one: run the prompt's prefill on ``worker`` (one token, not streamed) and
@@ -221,14 +234,18 @@ class Generation:
             raise WorkerFailed(f"prefill worker {worker.url} returned no kv_transfer_params")
         return handed
 
-    async def _run_on(self, worker: Worker, kv_transfer: str | None = None) -> AsyncGenerator[list[TextDelta], None]:
+    async def _run_on(
+        self, worker: Worker, kv_transfer: str | None = None, span: Span = INVALID_SPAN
+    ) -> AsyncGenerator[list[TextDelta], None]:
         request = WorkerRequest(
             request_id=self._spec.request_id,
             prompt_ids=self._spec.prompt_ids,
             params=self._spec.params,
             stream=self._worker_streams,
             kv_transfer_params_json=kv_transfer,
+            trace_headers=span_headers(span),
         )
+        rec = record.current()
         worker.in_flight += 1
         worker_done = False
         got_any = False
@@ -244,6 +261,7 @@ class Generation:
                             f"worker {worker.url} sent choice index {out.index} of n={len(self._choices)}"
                         )
                     self.usage.cached_tokens = max(self.usage.cached_tokens, out.cached_tokens)
+                    rec.tokens(len(out.token_ids))
                     batch.extend(self._consume(out))
                 if batch:
                     yield batch
