@@ -26,6 +26,7 @@ from node.config import NodeConfig
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
+from node.http.status import add_status_routes
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
@@ -181,6 +182,7 @@ async def run_node(
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
+        add_status_routes(app, pool=pool, models=models, metrics=metrics, mesh=mesh)
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )

@@ -270,6 +270,60 @@ def cmd_members(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [list(header), *([("-" if v is None else str(v)) for v in row] for row in rows)]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(header))]
+    for row in cells:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _pct(x: float | None) -> str | None:
+    return None if x is None else f"{100 * x:.1f}%"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    s = _node_request(args.node, "/status.json", timeout_s=10)
+    if args.json:
+        import json
+
+        print(json.dumps(s, indent=2))
+        return 0
+    node = s["node"]
+    print(
+        f"node {node['name'] or args.node}  ready: {'yes' if node['ready'] else 'no'}  policy: {node['policy']}  "
+        f"uptime: {node['uptime_s']:.0f}s"
+    )
+    if s["members"]:
+        print("\nMEMBERS")
+        rows = [(m["name"], m["http_addr"], m["state"], f"{m['since_change_s']:.1f}s") for m in s["members"]]
+        _table(("NAME", "HTTP ADDRESS", "STATE", "SINCE CHANGE"), rows)
+    print("\nWORKERS")
+    worker_rows = [
+        (
+            w["url"],
+            w["model"],
+            w["role"],
+            w["verdict"],
+            "yes" if w["routable_here"] else "no",
+            w["circuit"],
+            w["in_flight"],
+            _pct(w["load"]["token_usage"]) if w["load"] else None,
+            _pct(w["cache_hit_ratio"]),
+            w["last_error"],
+        )
+        for w in s["workers"]
+    ]
+    header = ("URL", "MODEL", "ROLE", "HEALTH", "ROUTABLE", "CIRCUIT", "IN FLIGHT", "KV USAGE", "CACHE HIT", "ERROR")
+    _table(header, worker_rows)
+    print("\nMODELS")
+    _table(("MODEL", "SERVABLE"), [(m["id"], "yes" if m["servable"] else "no") for m in s["models"]])
+    r = s["requests"]
+    print("\nREQUESTS (the answering process)")
+    c = r["by_class"]
+    _table(("TOTAL", "2XX", "4XX", "5XX", "IN FLIGHT"), [(r["total"], c["2xx"], c["4xx"], c["5xx"], r["in_flight"])])
+    return 0
+
+
 def _roles_text(roles: dict[str, str]) -> str:
     return ",".join(f"{key}={value}" if value else key for key, value in roles.items())
 
@@ -311,6 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     members.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
     members.add_argument("--json", action="store_true", help="print the JSON of GET /mesh/members")
     members.set_defaults(func=cmd_members)
+
+    status = sub.add_parser("status", help="a node's view of the cluster: members, workers, models, requests")
+    status.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
+    status.add_argument("--json", action="store_true", help="print the JSON of GET /status.json")
+    status.set_defaults(func=cmd_status)
 
     models = sub.add_parser("models", help="model folders")
     models_sub = models.add_subparsers(dest="models_command", required=True)

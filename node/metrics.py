@@ -17,6 +17,7 @@ from node.pipeline.generate import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.cache_aware import CacheAware
 from node.telemetry import multiproc, record
+from node.telemetry.tally import RequestTally
 from node.workers.breaker import CIRCUIT_STATES
 from node.workers.pool import WorkerPool
 
@@ -331,6 +332,7 @@ class NodeMetrics:
             registry=self.registry,
         )
         self._worker_label = _BoundedLabel(MAX_WORKER_LABELS, OTHER_WORKER)
+        self.tally = RequestTally()  # this process's totals, for the status page
         self.view.register(_WorkerCollector(pool))
         self.view.register(_RoutingCollector(pool))
 
@@ -352,6 +354,7 @@ class NodeMetrics:
     def observe(self, rec: record.RequestRecord, status: int, duration_s: float) -> None:
         """One finished request: its latency histograms, and its worker's counters when it reached one."""
         code = str(status)
+        self.tally.observe(status, rec.worker, rec.prompt_tokens, rec.cached_tokens)
         self.requests.labels(rec.route, code).inc()
         self.duration.labels(rec.model, rec.route, code).observe(duration_s)
         if not rec.worker:

@@ -59,6 +59,7 @@ def observe(
             else contextlib.nullcontext(INVALID_SPAN)
         )
         metrics.in_flight.inc()
+        metrics.tally.in_flight += 1
         try:
             with spanning as span, bind(rec):
                 rec.span = span
@@ -72,6 +73,7 @@ def observe(
                         _close_span(span, rec, status)
         finally:
             metrics.in_flight.dec()
+            metrics.tally.in_flight -= 1
             duration = time.perf_counter() - rec.started
             metrics.observe(rec, status, duration)
             if access_log_on:

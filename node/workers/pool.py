@@ -339,7 +339,8 @@ class WorkerPool:
             worker.last_error = f"no answer to the health check within {budget:g} s"
         if ok:
             if not worker.healthy:
-                log.info("worker %s healthy", worker.url)
+                was = "back in rotation after an outage" if worker.checked else "in rotation"
+                log.info("worker %s healthy: %s", worker.url, was)
             worker.healthy = True
             worker.checked = True
             worker.consecutive_failures = 0
@@ -350,7 +351,12 @@ class WorkerPool:
         worker.last_error = worker.last_error or "health check failed"
         if worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
             if worker.healthy:
-                log.warning("worker %s unhealthy after %d failed checks", worker.url, worker.consecutive_failures)
+                log.warning(
+                    "worker %s unhealthy after %d failed checks: %s",
+                    worker.url,
+                    worker.consecutive_failures,
+                    worker.last_error,
+                )
             worker.healthy = False
             worker.checked = True
         self._publish(worker)

@@ -28,17 +28,13 @@ def _sample(text: str, name: str, labels: str = "") -> float:
     """The sum of every sample of ``name`` whose label set contains ``labels`` (e.g. 'route="/health"')."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if labels in line:
-                total += float(line.rsplit(" ", 1)[1])
+        if line.startswith((name + "{", name + " ")) and labels in line:
+            total += float(line.rsplit(" ", 1)[1])
     return total
 
 
 def _health_pids(url: str, count: int) -> list[int]:
-    pids = []
-    for _ in range(count):
-        pids.append(int(json.loads(_get(url + "/health"))["pid"]))
-    return pids
+    return [int(json.loads(_get(url + "/health"))["pid"]) for _ in range(count)]
 
 
 def _live_pids(url: str) -> set[int]:
