@@ -40,6 +40,7 @@ from node.tasks import Supervisor
 from node.telemetry.observe import observe
 from node.telemetry.tracing import Tracing
 from node.workers.breaker import CircuitBreaker
+from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
@@ -70,8 +71,9 @@ async def run_node(
     client_factory: Callable[[str], WorkerClient] | None = None,
     span_exporter: SpanExporter | None = None,
 ) -> AsyncIterator[RunningNode]:
-    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model.
-    ``span_exporter`` replaces the OTLP exporter of traced requests (tests)."""
+    """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
+    WorkerTlsError on unusable worker TLS files. ``span_exporter`` replaces the OTLP exporter of traced
+    requests (tests)."""
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -110,10 +112,15 @@ async def run_node(
             kv_index = kv_indexes.of(model) if kv_indexes is not None else None
             return make_policy(name, routing, kv_index=kv_index, hints=hints)
 
+        lag_monitor = LoopLagMonitor()
         pool = WorkerPool(
             config.workers,
             client_factory=client_factory
-            or functools.partial(VllmGrpcClient, generate_transport=config.workers.generate_transport),
+            or functools.partial(
+                VllmGrpcClient,
+                generate_transport=config.workers.generate_transport,
+                channel=ChannelConfig.from_pool(config.workers),
+            ),
             policies=policy_for,
             policy_name=routing.policy,
             breakers=functools.partial(
@@ -126,6 +133,7 @@ async def run_node(
             kv_indexes=kv_indexes,
             board=shared.board,
             model_of=lambda worker: _model_of(models, worker),
+            loop_lag=lag_monitor.recent_lag_s,
         )
         stack.push_async_callback(pool.close)
         cpu = CpuPool(threads=max(2, os.cpu_count() or 2))
@@ -138,6 +146,7 @@ async def run_node(
         pool.sync(shared.registry.specs())
         stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
         pool.start()
+        supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
@@ -166,7 +175,7 @@ async def run_node(
             f" ({path.encoder_reason})" if path.encoder_reason else "",
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
-        supervisor.spawn(LoopLagMonitor(metrics.registry).run(), name="loop-lag")
+        lag_monitor.export(metrics.registry)
         app = build_app(
             models=models,
             pool=pool,

@@ -395,12 +395,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = raw  # the command line as given, for `serve --processes N` to start its children with
     from node.pipeline.model import ModelFolderError
     from node.pipeline.template import TemplateError
+    from node.workers.channel_config import WorkerTlsError
 
     try:
         code: int = args.func(args)
     except configload.ConfigError as exc:
         parser.error(str(exc))
-    except (ModelFolderError, TemplateError) as exc:
+    except (ModelFolderError, TemplateError, WorkerTlsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return code

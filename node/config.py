@@ -24,6 +24,7 @@ from node.cluster.config import ClusterConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
 from node.workers.retry import RetryConfig
+from node.workers.worker_url import NetworkPolicy, parse_networks, parse_target
 from storage.config import StorageConfig
 
 LogFormat = Literal["text", "json"]
@@ -140,9 +141,67 @@ class WorkerPoolConfig:
         },
     )
 
+    worker_ping_after_s: float = field(
+        default=5.0,
+        metadata={
+            "help": "a Generate connection (h2) silent this long while calls are open sends a PING (then after 2x "
+            "and 4x as long; none more until data arrives, as gRPC servers' ping limits require)"
+        },
+    )
+    worker_ping_timeout_s: float = field(
+        default=5.0,
+        metadata={"help": "a PING unanswered this long: the connection is dead and its calls fail (both transports)"},
+    )
+    worker_keepalive_s: float = field(
+        default=10.0,
+        metadata={"help": "grpc.aio's keepalive_time: it PINGs this often (workers refuse more often than they allow)"},
+    )
+    worker_idle_timeout_s: float = field(
+        default=300.0, metadata={"help": "a worker connection without calls this long is closed (reopened on use)"}
+    )
+    worker_tls_ca_file: str = field(
+        default="",
+        metadata={"help": "PEM CA certificate(s) grpcs:// workers' certificates must chain to (default: system)"},
+    )
+    worker_tls_cert_file: str = field(
+        default="", metadata={"help": "PEM client certificate presented to grpcs:// workers (mutual TLS)"}
+    )
+    worker_tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM key of worker_tls_cert_file"})
+    worker_tls_server_name: str = field(
+        default="", metadata={"help": "name grpcs:// workers' certificates must carry (default: the URL's host)"}
+    )
+    max_workers: int = field(
+        default=256,
+        metadata={
+            "help": "most workers the cluster registry may hold (each costs every node two connections, a health "
+            "check per interval and a KV-event stream)"
+        },
+    )
+    worker_allowed_networks: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "CIDRs worker IP addresses must lie in (default: anywhere but link-local/metadata ranges, "
+            "which only a network listed here inside them opens)",
+            "metavar": "CIDR",
+        },
+    )
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        return NetworkPolicy(allowed=parse_networks(self.worker_allowed_networks, "worker_allowed_networks"))
+
     def __post_init__(self) -> None:
-        for url in (*self.workers, *self.prefill_workers, *self.decode_workers):
-            parse_worker_url(url)
+        policy = self.network_policy
+        urls = (*self.workers, *self.prefill_workers, *self.decode_workers)
+        for url in urls:
+            policy.check(url, parse_target(url))
+        _positive("max_workers", self.max_workers)
+        for name in ("worker_ping_after_s", "worker_ping_timeout_s", "worker_keepalive_s", "worker_idle_timeout_s"):
+            _positive(name, getattr(self, name))
+        if bool(self.worker_tls_cert_file) != bool(self.worker_tls_key_file):
+            raise ValueError("worker_tls_cert_file, worker_tls_key_file: set both (mutual TLS) or neither")
+        if len(set(urls)) > self.max_workers:
+            raise ValueError(f"workers: {len(set(urls))} given, more than max_workers ({self.max_workers})")
         _positive("health_interval_s", self.health_interval_s)
         _positive("health_timeout_s", self.health_timeout_s)
         _positive("health_publish_interval_s", self.health_publish_interval_s)
@@ -326,12 +385,8 @@ class LogConfig:
 
 
 def parse_worker_url(url: str) -> str:
-    """Return the gRPC target ``host:port`` of ``grpc://host:port``; raises ValueError naming the URL."""
-    parts = urlsplit(url)
-    if parts.scheme != "grpc" or not parts.hostname or parts.port is None:
-        raise ValueError(f"worker URL {url!r} must look like grpc://host:port")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{parts.port}"
+    """Return the gRPC target ``host:port`` of ``grpc[s]://host:port``; raises ValueError naming the URL."""
+    return parse_target(url).authority
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,11 @@ def deepseek_model_dir(models_dir: Path) -> Path:
     return prepare_model("deepseek", models_dir)
 
 
+@pytest.fixture(scope="session")
+def qwen_model_dir(models_dir: Path) -> Path:
+    return prepare_model("qwen", models_dir)
+
+
 # Loading a 128k-entry tokenizer takes ~0.3 s: share one per session.
 @pytest.fixture(scope="session")
 def llama3_tokenizer(llama3_model_dir: Path) -> Tokenizer:

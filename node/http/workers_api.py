@@ -97,10 +97,11 @@ def add_worker_routes(app: web.Application, pool: WorkerPool, registry: WorkerRe
         body = await read_json(request, AddWorker, MAX_WORKER_BODY_BYTES)
         try:
             spec = WorkerSpec(url=body.url, model=body.model, role=body.role, labels=body.labels)  # type: ignore[arg-type]
+            pool.vet(spec, registered=len(registry.specs()))
         except ValueError as exc:
-            field = str(exc).partition(":")[0]
-            param = field if field in ("role", "model", "labels") else "url"
-            raise InvalidRequest(str(exc), param=param) from None
+            field, _, rest = str(exc).partition(": ")
+            param = field if field in ("url", "role", "model", "labels") else "url"
+            raise InvalidRequest(rest if field == "url" else str(exc), param=param) from None
         existed = pool.get(spec.id) is not None
         registry.add(spec)  # the pool follows the registry synchronously
         worker = pool.get(spec.id)

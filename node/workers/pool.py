@@ -9,6 +9,9 @@ of the model it serves.
 
 Policies: one per (role, served model), made on first use, so each model's pool keeps its own learned state
 (trees, rings, sticky keys, dispatch credit) and reads its own model's KV index.
+
+This module is the facade: it follows the registry (``sync``, ``vet``) and selects; the health loop is
+``health_check``, the KV-event subscriber ``kv_subscriber``, a worker's state ``worker``.
 """
 
 from __future__ import annotations
@@ -16,67 +19,32 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from node.cluster.health import HealthBoard
 from node.cluster.registry import WorkerSpec
 from node.config import WorkerPoolConfig
-from node.errors import KvEventsUnsupported, NoHealthyWorker, WorkerFailed
-from node.routing.kv_index import Resubscribe
+from node.errors import NoHealthyWorker, WorkerFailed
 from node.routing.kv_indexes import KvIndexes
-from node.routing.policy import LoadView, RouteRequest, RoutingPolicy
+from node.routing.policy import RouteRequest, RoutingPolicy
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
 from node.workers.breaker_client import BreakerClient
 from node.workers.client import WorkerClient
-from node.workers.kv_convert import EngineLoad
+from node.workers.health_check import HealthChecker
+from node.workers.kv_subscriber import follow_kv_events
 from node.workers.types import ModelInfo
+from node.workers.worker import Worker
+from node.workers.worker_url import parse_target
 
 log = logging.getLogger(__name__)
+
+#: ``Worker`` stays importable from here, where callers have always found it.
+__all__ = ["ClientFactory", "PolicyFactory", "Worker", "WorkerPool"]
 
 ClientFactory = Callable[[str], WorkerClient]
 #: Makes the policy of one pool: (role, served model or None when the pool does not tell models apart).
 PolicyFactory = Callable[[str, str | None], RoutingPolicy]
-
-# A broken KV-event stream is retried after this pause, doubling up to the cap.
-KV_RETRY_MIN_S = 0.5
-KV_RETRY_MAX_S = 30.0
-
-
-@dataclass(slots=True, eq=False)
-class Worker:
-    spec: WorkerSpec
-    client: WorkerClient  # counts every Generate's outcome in ``breaker``
-    breaker: CircuitBreaker
-    healthy: bool = False  # this node's own verdict: in rotation here
-    checked: bool = False  # this node has a verdict of its own (else the cluster's counts)
-    consecutive_failures: int = 0
-    in_flight: int = 0
-    info: ModelInfo | None = None
-    load: LoadView | None = None
-    kv_events: str = "unknown"  # unknown | streaming | unsupported | retrying
-    stream_loads: bool = False  # its KV-event stream carries load records (then GetLoads polls are skipped)
-    last_error: str = field(default="")
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def url(self) -> str:
-        return self.client.url
-
-    @property
-    def role(self) -> str:
-        return self.spec.role
-
-    @property
-    def model(self) -> str:
-        """The model it serves: as registered, else as its GetModelInfo reports ("" before it answers)."""
-        if self.spec.model:
-            return self.spec.model
-        return self.info.served_model_name if self.info is not None else ""
 
 
 class WorkerPool:
@@ -94,11 +62,14 @@ class WorkerPool:
         kv_indexes: KvIndexes | None = None,
         board: HealthBoard | None = None,
         model_of: Callable[[Worker], str | None] | None = None,
+        loop_lag: Callable[[float], float] = lambda _within_s: 0.0,
     ) -> None:
         """``policies(role, model)`` makes the policy of a pool; ``policy_name`` is the default's (shown);
         ``breakers()`` makes a worker's circuit breaker.
         ``model_of`` says which served model a worker belongs to (None: not known yet, or none we serve);
-        without it every worker serves every model and there is one KV index."""
+        without it every worker serves every model and there is one KV index.
+        ``loop_lag(within_s)`` is this node's worst event-loop lag of the last ``within_s`` seconds
+        (``LoopLagMonitor.recent_lag_s``)."""
         self._config = config
         self._make_policy = policies
         self._policy_name = policy_name
@@ -110,8 +81,11 @@ class WorkerPool:
         self._client_factory = client_factory
         self._new_breaker = breakers
         self._workers: dict[str, Worker] = {}
+        self._policy = config.network_policy
+        self._refused: set[str] = set()  # registry entries this node will not connect to (logged once each)
         self._started = False
         self._model_info_ready = asyncio.Event()
+        self._health = HealthChecker(config, board=board, loop_lag=loop_lag, on_model_info=self._model_info_ready.set)
         specs = [WorkerSpec(url=url) for url in config.workers]
         specs += [WorkerSpec(url=url, role="prefill") for url in config.prefill_workers]
         specs += [WorkerSpec(url=url, role="decode") for url in config.decode_workers]
@@ -158,9 +132,44 @@ class WorkerPool:
             out = [w for w in out if self._model_of(w) == model]
         return out
 
+    def vet(self, spec: WorkerSpec, registered: int) -> None:
+        """Check a registration before it enters the registry, which holds ``registered`` workers now.
+
+        Raises ValueError, its message starting with the offending field (``url:``), when ``spec`` points
+        outside this node's allowed networks or would exceed ``max_workers``.
+        """
+        try:
+            self._policy.check(spec.url, parse_target(spec.url))
+        except ValueError as exc:
+            raise ValueError(f"url: {exc}") from None
+        if spec.id not in self._workers and registered >= self._config.max_workers:
+            raise ValueError(f"url: the cluster already has {registered} workers, the most this node allows")
+
+    def _admitted(self, specs: Mapping[str, WorkerSpec]) -> dict[str, WorkerSpec]:
+        """The registry's workers this node connects to, in the registry's order: inside its network policy,
+        at most ``max_workers`` (those it has first, then by id). Another node may have looser settings; ours
+        bound what we hold."""
+        chosen: set[str] = set()
+        for wid in sorted(specs, key=lambda wid: (wid not in self._workers, wid)):
+            spec = specs[wid]
+            try:
+                self._policy.check(spec.url, parse_target(spec.url))
+                if len(chosen) >= self._config.max_workers:
+                    raise ValueError(f"more than max_workers ({self._config.max_workers}) are registered")
+            except ValueError as exc:
+                if wid not in self._refused:
+                    log.warning("not connecting to registered worker %s: %s", spec.url, exc)
+                    self._refused.add(wid)
+                continue
+            chosen.add(wid)
+        self._refused &= specs.keys()
+        return {wid: spec for wid, spec in specs.items() if wid in chosen}
+
     def sync(self, specs: Mapping[str, WorkerSpec]) -> None:
-        """Make the pool hold exactly ``specs`` (the registry's workers): start watching new ones, stop
-        and close removed ones. A changed spec (same URL, new model/role/labels) is updated in place."""
+        """Make the pool hold exactly ``specs`` (the registry's workers; those ``_admitted`` here): start
+        watching new ones, stop and close removed ones. A changed spec (same URL, new model/role/labels) is
+        updated in place."""
+        specs = self._admitted(specs)
         changed = False
         for wid in [wid for wid in self._workers if wid not in specs]:
             worker = self._workers.pop(wid)
@@ -221,11 +230,12 @@ class WorkerPool:
             self._watch(worker)
 
     def _watch(self, worker: Worker) -> None:
-        worker.tasks.append(self._supervisor.spawn(self._health_loop(worker), name=f"health-{worker.url}"))
+        worker.tasks.append(self._supervisor.spawn(self._health.run(worker), name=f"health-{worker.url}"))
         if self._kv_indexes is not None:
-            worker.tasks.append(
-                self._supervisor.spawn(self._kv_loop(worker, self._kv_indexes), name=f"kv-events-{worker.url}")
+            kv = follow_kv_events(
+                worker, self._kv_indexes, model_of=self._model_of, recheck_s=self._config.health_interval_s
             )
+            worker.tasks.append(self._supervisor.spawn(kv, name=f"kv-events-{worker.url}"))
 
     async def close(self) -> None:
         await asyncio.gather(*(w.client.close() for w in self._workers.values()), return_exceptions=True)
@@ -256,7 +266,7 @@ class WorkerPool:
         worker.healthy = False
         worker.checked = True
         worker.last_error = error.message
-        self._publish(worker)
+        self._health.publish(worker)
 
     def abort_soon(self, worker: Worker, request_id: str) -> None:
         """Send Abort for ``request_id`` without making the caller wait (the task is owned and awaited)."""
@@ -275,134 +285,3 @@ class WorkerPool:
         except TimeoutError:
             return None
         return next((w.info for w in self._workers.values() if w.info is not None), None)
-
-    def _set_load(self, worker: Worker, load: EngineLoad) -> None:
-        worker.load = LoadView(
-            running=load.running,
-            waiting=load.waiting,
-            waiting_uncached_tokens=load.waiting_uncached_tokens,
-            token_usage=load.token_usage,
-            gen_throughput=load.gen_throughput,
-            updated_at=asyncio.get_running_loop().time() - load.age_s,
-        )
-
-    async def _health_loop(self, worker: Worker) -> None:
-        # Fixed rate: a check starts every interval whatever the last one took (at most one interval, see
-        # _check), so a worker that stops answering fails ``health_failures_to_unhealthy`` checks within that
-        # many intervals plus one, however long --health-timeout-s is.
-        loop = asyncio.get_running_loop()
-        interval = self._config.health_interval_s
-        next_at = loop.time()
-        while True:
-            await self._check(worker)
-            next_at = max(next_at + interval, loop.time())  # after a stall, no burst of checks to catch up
-            await asyncio.sleep(next_at - loop.time())
-
-    def _publish(self, worker: Worker) -> None:
-        if self._board is None:
-            return
-        load = worker.load
-        self._board.observe(
-            worker.id,
-            worker.healthy,
-            running=load.running if load is not None else 0,
-            waiting=load.waiting if load is not None else 0,
-            token_usage=load.token_usage if load is not None else 0.0,
-            error=worker.last_error,
-        )
-
-    async def _probe(self, worker: Worker, rpc_timeout_s: float) -> bool:
-        """Health, then (once) the model info and the load; False with ``last_error`` set on a failure."""
-        ok = await worker.client.health(timeout_s=rpc_timeout_s)
-        try:
-            if ok and worker.info is None:
-                worker.info = await worker.client.model_info(timeout_s=rpc_timeout_s)
-                self._model_info_ready.set()
-            if ok and not (worker.kv_events == "streaming" and worker.stream_loads):  # those are fresher
-                load = await worker.client.loads(timeout_s=rpc_timeout_s)
-                if load is not None:
-                    self._set_load(worker, load)
-        except WorkerFailed as exc:
-            ok = False
-            worker.last_error = exc.message
-        return ok
-
-    async def _check(self, worker: Worker) -> None:
-        # One deadline for the whole check (health, model info, load), never past the next check's start: a
-        # worker that accepts connections but never answers (hung, SIGSTOPped) fails at that boundary.
-        budget = min(self._config.health_timeout_s, self._config.health_interval_s)
-        try:
-            async with asyncio.timeout(budget):
-                ok = await self._probe(worker, budget)
-        except TimeoutError:
-            ok = False
-            worker.last_error = f"no answer to the health check within {budget:g} s"
-        if ok:
-            if not worker.healthy:
-                was = "back in rotation after an outage" if worker.checked else "in rotation"
-                log.info("worker %s healthy: %s", worker.url, was)
-            worker.healthy = True
-            worker.checked = True
-            worker.consecutive_failures = 0
-            worker.last_error = ""
-            self._publish(worker)
-            return
-        worker.consecutive_failures += 1
-        worker.last_error = worker.last_error or "health check failed"
-        if worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
-            if worker.healthy:
-                log.warning(
-                    "worker %s unhealthy after %d failed checks: %s",
-                    worker.url,
-                    worker.consecutive_failures,
-                    worker.last_error,
-                )
-            worker.healthy = False
-            worker.checked = True
-        self._publish(worker)
-
-    def _indexed_model(self, worker: Worker) -> tuple[bool, str | None]:
-        """(known, model): the model whose KV index ``worker`` feeds; not known before its model is."""
-        if self._model_of is None:
-            return True, None
-        model = self._model_of(worker)
-        return model is not None, model
-
-    async def _kv_loop(self, worker: Worker, indexes: KvIndexes) -> None:
-        """Feed its model's index from the worker's KV events, resubscribing after gaps and broken streams."""
-        pause = KV_RETRY_MIN_S
-        while True:
-            known, model = self._indexed_model(worker)
-            if not known:  # a worker's model is learned at a health check (or once the models are loaded)
-                await asyncio.sleep(self._config.health_interval_s)
-                continue
-            index = indexes.of(model)
-            try:
-                again = False
-                async for batch, load in worker.client.kv_events(index.resume_from(worker.url)):
-                    worker.kv_events = "streaming"
-                    pause = KV_RETRY_MIN_S
-                    if load is not None:
-                        worker.stream_loads = True
-                        self._set_load(worker, load)
-                    if self._indexed_model(worker) != (True, model):  # re-registered for another model
-                        log.info("worker %s now serves another model: resubscribing", worker.url)
-                        index.forget_worker(worker.url)
-                        again = True
-                        break
-                    if batch is not None and isinstance(index.apply(worker.url, batch), Resubscribe):
-                        log.info("KV events of %s skipped batches: resubscribing", worker.url)
-                        again = True
-                        break
-                if not again:  # the worker ended the stream: reconnect, but never in a tight loop
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, KV_RETRY_MAX_S)
-            except KvEventsUnsupported:
-                worker.kv_events = "unsupported"
-                log.info("worker %s publishes no KV events: routing learns from its own decisions", worker.url)
-                return
-            except WorkerFailed as exc:
-                worker.kv_events = "retrying"
-                log.debug("KV events of %s: %s", worker.url, exc.message)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, KV_RETRY_MAX_S)

@@ -17,25 +17,18 @@ from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 
-from node.config import DEFAULT_GENERATE_TRANSPORT, GenerateTransport, parse_worker_url
+from node.config import DEFAULT_GENERATE_TRANSPORT, GenerateTransport
 from node.errors import KvEventsUnsupported, WorkerFailed
 from node.routing.kv_events import KvEventBatch
+from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerRejected, WorkerUnavailable
 from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
+from node.workers.worker_url import parse_target
 
 # Prompts of 128k tokens are ~0.5 MB of varints; logprobs and snapshots can be larger. Bounded, not unlimited.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-_CHANNEL_OPTIONS = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.http2.max_pings_without_data", 0),
-    # Each node keeps its own channel per worker; let several node processes share nothing by accident.
-    ("grpc.use_local_subchannel_pool", 1),
-)
 # Statuses that blame the request, not the worker (WorkerRejected): no mark against its circuit breaker.
 REQUEST_FAULT_STATUSES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "ALREADY_EXISTS"})
 # The status of a worker that could not take the call (WorkerUnavailable): another worker may.
@@ -131,13 +124,34 @@ def _call_error(url: str, what: str, exc: CallFailed) -> WorkerFailed:
 class VllmGrpcClient:
     """WorkerClient for a worker speaking VllmEngine (vLLM's gRPC servicer, or our simulated engine)."""
 
-    def __init__(self, url: str, *, generate_transport: GenerateTransport = DEFAULT_GENERATE_TRANSPORT) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        generate_transport: GenerateTransport = DEFAULT_GENERATE_TRANSPORT,
+        channel: ChannelConfig | None = None,
+    ) -> None:
+        """``grpcs://`` URLs use TLS (``channel.tls``). Raises ValueError on a bad URL."""
         self._url = url
-        target = parse_worker_url(url)
-        self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        target = parse_target(url)
+        channel = channel or ChannelConfig()
+        options = channel.grpc_options(MAX_MESSAGE_BYTES)
+        if target.tls:
+            credentials = channel.tls.grpc_credentials()
+            self._channel = grpc.aio.secure_channel(target.authority, credentials, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(target.authority, options=options)
         self._stub = pb_grpc.VllmEngineStub(self._channel)
         self._h2 = (
-            H2GenerateChannel(target, max_message_bytes=MAX_MESSAGE_BYTES) if generate_transport == "h2" else None
+            H2GenerateChannel(
+                target.authority,
+                max_message_bytes=MAX_MESSAGE_BYTES,
+                keepalive=channel.keepalive,
+                ssl=channel.tls.ssl_context() if target.tls else None,
+                server_name=channel.tls.server_name or target.host,
+            )
+            if generate_transport == "h2"
+            else None
         )
 
     @property

@@ -124,6 +124,41 @@ async def test_bad_worker_bodies_change_nothing(
             assert r.status == 400
 
 
+async def test_registration_checks_the_url_the_networks_and_the_worker_count(llama3_model_dir: Path) -> None:
+    bad = [
+        ("grpc://169.254.169.254:80", "outside the allowed worker networks"),
+        ("grpc://[fd00:ec2::254]:80", "link-local or metadata"),  # ::/0 opens no denied range
+        ("grpc://user:pw@10.0.0.1:5", "user information"),
+        ("grpc://bad host:5", "spaces"),
+        ("grpc://10.0.0.1:0", "port"),
+        ("grpc://10.0.0.1:5/path", "path"),
+        ("grpc://192.168.0.1:5", "outside the allowed worker networks"),
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        sim = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
+        config = node_config(llama3_model_dir, [sim.port])
+        allowed = ("127.0.0.0/8", "10.0.0.0/8", "::/0")
+        workers = dataclasses.replace(config.workers, max_workers=3, worker_allowed_networks=allowed)
+        node = await stack.enter_async_context(run_node(dataclasses.replace(config, workers=workers)))
+        for url, why in bad:
+            status, err = await _call("POST", node.url + "/workers", json={"url": url})
+            assert status == 400, (url, err)
+            assert (err["error"]["type"], err["error"]["param"]) == ("invalid_request_error", "url")
+            assert why in err["error"]["message"], (url, err)
+        for port in (5, 6):  # up to max_workers (3) with the running one
+            status, _ = await _call("POST", node.url + "/workers", json={"url": f"grpc://10.0.0.1:{port}"})
+            assert status == 201
+        status, err = await _call("POST", node.url + "/workers", json={"url": "grpc://10.0.0.1:7"})
+        assert (status, err["error"]["param"]) == (400, "url")
+        assert "already has 3 workers" in err["error"]["message"]
+        status, _ = await _call("POST", node.url + "/workers", json={"url": "grpc://10.0.0.1:6", "model": "m"})
+        assert status == 200  # updating a registered worker is not a new one
+        _, listing = await _call("GET", node.url + "/workers")
+        assert sorted(w["url"] for w in listing["data"]) == sorted(
+            [f"grpc://127.0.0.1:{sim.port}", "grpc://10.0.0.1:5", "grpc://10.0.0.1:6"]
+        )
+
+
 class _BrokenLink:
     """A client whose health checks and requests to ``url`` fail, as if the network path were cut."""
 

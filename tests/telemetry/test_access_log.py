@@ -25,7 +25,8 @@ async def test_one_access_line_and_histograms_per_request(
     caplog.set_level(logging.INFO, logger="node.access")
     async with (
         SimWorker(fast_sim(llama3_model_dir)) as sim,
-        run_node(node_config(llama3_model_dir, [sim.port])) as node,aiohttp.ClientSession() as s
+        run_node(node_config(llama3_model_dir, [sim.port])) as node,
+        aiohttp.ClientSession() as s,
     ):
         body = {"model": "llama3", "prompt": "Once upon a time", "max_tokens": 5, "stream": True}
         async with s.post(node.url + "/v1/completions", json=body, headers={"X-Request-Id": "rid-42"}) as r:

@@ -1,0 +1,1 @@
+"""Streaming parsers for model output: reasoning and tool calls (pure cores; see events.py)."""
