@@ -21,8 +21,10 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
 from node.cluster.member import publish_http_addr, run_mesh
+from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
+from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
@@ -145,6 +147,10 @@ async def run_node(
             shared.registry.add(spec.spec)
         pool.sync(shared.registry.specs())
         stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
+        if config.discovery.worker_dns:  # the first answer before start: its workers may name the model
+            discovery = _dns_discovery(config, shared.registry)
+            await discovery.sync_once()
+            supervisor.spawn(discovery.run(), name="worker-dns")
         pool.start()
         supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
@@ -243,6 +249,15 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     if len(set(names)) != len(names):
         raise ValueError(f"two model folders serve the same name: {', '.join(names)}")
     return models
+
+
+def _dns_discovery(config: NodeConfig, registry: WorkerRegistry) -> DnsDiscovery:
+    """Raises OSError/ValueError when no DNS server is configured and resolv.conf names none."""
+    d = config.discovery
+    client = DnsClient(d.server() or system_nameserver(), timeout_s=d.worker_dns_timeout_s)
+    return DnsDiscovery(
+        d.targets(), registry, client, interval_s=d.worker_dns_interval_s, max_workers=config.workers.max_workers
+    )
 
 
 def _identity(request: web.Request) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from typing import Final, Literal
 from urllib.parse import urlsplit
 
 from node.cluster.config import ClusterConfig
+from node.discovery.config import DiscoveryConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
 from node.workers.retry import RetryConfig
@@ -409,6 +410,7 @@ class NodeConfig:
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
