@@ -25,6 +25,7 @@ from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import NodeConfig
 from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
+from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
@@ -151,6 +152,9 @@ async def run_node(
             discovery = _dns_discovery(config, shared.registry)
             await discovery.sync_once()
             supervisor.spawn(discovery.run(), name="worker-dns")
+        if config.discovery.worker_k8s_selector:
+            k8s = K8sDiscovery(k8s_target(config.discovery), shared.registry, max_workers=config.workers.max_workers)
+            supervisor.spawn(k8s.run(), name="worker-k8s")
         pool.start()
         supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")

@@ -47,6 +47,27 @@ class DiscoveryConfig:
     )
     worker_dns_interval_s: float = field(default=10.0, metadata={"help": "how often worker DNS names are resolved"})
     worker_dns_timeout_s: float = field(default=2.0, metadata={"help": "one DNS query's deadline"})
+    worker_k8s_selector: str = field(
+        default="",
+        metadata={
+            "help": "workers by Kubernetes labels: a pod label selector (e.g. app=vllm); every Running, Ready "
+            "pod it matches is a worker, watched through the API server"
+        },
+    )
+    worker_k8s_namespace: str = field(
+        default="", metadata={"help": "namespace of the worker pods (default: this pod's own)"}
+    )
+    worker_k8s_port: int = field(default=50051, metadata={"help": "the worker pods' gRPC port"})
+    worker_k8s_model_key: str = field(
+        default="smg.ai/model", metadata={"help": "pod label or annotation naming the model a worker serves"}
+    )
+    worker_k8s_api_url: str = field(
+        default="https://kubernetes.default.svc", metadata={"help": "the Kubernetes API server"}
+    )
+    worker_k8s_service_account_dir: str = field(
+        default="/var/run/secrets/kubernetes.io/serviceaccount",
+        metadata={"help": "where the pod's token, ca.crt and namespace are mounted", "metavar": "DIR"},
+    )
 
     def __post_init__(self) -> None:
         for text in self.worker_dns:
@@ -56,6 +77,8 @@ class DiscoveryConfig:
                 raise ValueError(f"worker_dns: {exc}") from exc
         if self.worker_dns_server:
             self.server()
+        if not 1 <= self.worker_k8s_port <= 65535:
+            raise ValueError(f"worker_k8s_port must be in 1..65535, got {self.worker_k8s_port}")
         if self.worker_dns_interval_s <= 0 or self.worker_dns_timeout_s <= 0:
             raise ValueError("worker_dns_interval_s and worker_dns_timeout_s must be > 0")
 

@@ -30,10 +30,10 @@ from node.discovery.dns_wire import (
     decode_answer,
     encode_query,
 )
+from node.discovery.registry_sync import sync_owned
 
 log = logging.getLogger(__name__)
 
-DISCOVERY_LABEL = "smg.discovery"
 RESOLV_CONF = Path("/etc/resolv.conf")
 DNS_PORT = 53
 
@@ -153,18 +153,7 @@ class DnsDiscovery:
         self._max_workers = max_workers
 
     def _apply(self, target: DnsTarget, urls: set[str]) -> None:
-        tag = f"dns:{target}"
-        mine = {wid: s for wid, s in self._registry.specs().items() if s.labels.get(DISCOVERY_LABEL) == tag}
-        have = {s.url for s in mine.values()}
-        for url in sorted(urls - have):
-            if url in {s.url for s in self._registry.specs().values()}:
-                continue  # registered by hand or by another target: not ours to manage
-            self._registry.add(WorkerSpec(url=url, labels={DISCOVERY_LABEL: tag}))
-            log.info("worker %s added: %s resolves to it", url, target)
-        for wid, spec in mine.items():
-            if spec.url not in urls:
-                self._registry.remove(wid)
-                log.info("worker %s removed: %s no longer resolves to it", spec.url, target)
+        sync_owned(self._registry, f"dns:{target}", {url: WorkerSpec(url=url) for url in urls}, f"found by {target}")
 
     async def sync_once(self) -> None:
         for target in self._targets:
