@@ -363,10 +363,6 @@ class TelemetryConfig:
             "cli": False,
         },
     )
-    process_index: int = field(
-        default=-1,
-        metadata={"help": "this process's index among --processes siblings (set by the supervisor)", "cli": False},
-    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.trace_sample_ratio <= 1.0:
