@@ -23,9 +23,10 @@ from mesh import Mesh
 from node.cluster.member import publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
-from node.config import NodeConfig
+from node.config import HttpConfig, NodeConfig
 from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
 from node.discovery.kubernetes import K8sDiscovery, k8s_target
+from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
@@ -62,9 +63,23 @@ class RunningNode:
     mesh: Mesh | None = None
 
 
-def _bound_port(runner: web.AppRunner) -> int:
-    # With port 0 the OS picks the port; the runner knows the bound socket names.
-    return int(runner.addresses[0][1])
+#: Connections the kernel queues before we accept them (a burst of clients connecting at once).
+LISTEN_BACKLOG = 1024
+
+
+def _connection_limits(http: HttpConfig) -> ConnectionLimits:
+    cap = http.max_connections or default_max_connections()
+    room = fd_room()
+    if room is not None and cap > room:
+        log.warning("--max-connections %d is more than the open-file limit leaves room for (%d)", cap, room)
+    log.info("accepting at most %d client connections", cap)
+    return ConnectionLimits(
+        max_connections=cap,
+        idle_timeout_s=http.idle_timeout_s,
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        write_timeout_s=http.write_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -202,14 +217,24 @@ async def run_node(
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
         add_status_routes(app, pool=pool, models=models, metrics=metrics, mesh=mesh)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
+        app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, config.http.host, config.http.port, backlog=1024, reuse_port=config.http.reuse_port)
-        await site.start()
-        port = _bound_port(runner)
+        listener = await listen(
+            runner,
+            gate,
+            host=config.http.host,
+            port=config.http.port,
+            backlog=LISTEN_BACKLOG,
+            reuse_port=config.http.reuse_port,
+        )
+        stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
+        port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:

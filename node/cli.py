@@ -83,6 +83,10 @@ async def _serve_forever() -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.supervisor_pid is not None and args.supervisor_fd is not None:
+        from node.processes import follow_supervisor
+
+        follow_supervisor(args.supervisor_pid, args.supervisor_fd)
     config = load_node_config(args)
     setup_logging(config.log)
     from node.processes import (
@@ -334,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run a gateway node in front of gRPC workers")
     serve.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    # Set by `serve --processes N` on its children (node/processes.py): they exit when their supervisor dies.
+    serve.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
     for cls in NODE_SECTIONS.values():
         configload.add_arguments(serve, cls, group=cls.__name__)
     serve.set_defaults(func=cmd_serve)

@@ -59,11 +59,46 @@ class HttpConfig:
     reuse_port: bool = field(
         default=False, metadata={"help": "bind the HTTP port with SO_REUSEPORT (set for each of --processes)"}
     )
+    # Connection bounds (node/http/connections.py). Idle 75 s outlasts the 60 s keep-alive of common proxies and
+    # load balancers in front of us (they, not we, should close a pooled connection); a request head takes
+    # milliseconds, so 20 s only ever cuts slow or stalled senders.
+    max_connections: int = field(
+        default=0,
+        metadata={
+            "help": "open client connections at most; 0 = derived from the open-file limit (RLIMIT_NOFILE minus "
+            "512 fds for workers, mesh and storage; at most 16384). Past it a new connection replaces the one "
+            "that waited longest without a request, or gets a 503 when all are busy"
+        },
+    )
+    idle_timeout_s: float = field(
+        default=75.0, metadata={"help": "a kept-alive connection with no new request for this long is closed"}
+    )
+    header_timeout_s: float = field(
+        default=20.0,
+        metadata={
+            "help": "a request's headers must arrive within this long of the connection (or of the request's "
+            "first byte on a kept-alive connection), else the connection is closed"
+        },
+    )
+    body_timeout_s: float = field(
+        default=60.0, metadata={"help": "a request body must arrive within this long of its headers"}
+    )
+    write_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "a client that takes none of its response for this long while 64 KiB wait for it is "
+            "disconnected (its generation is aborted)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         _positive("max_body_bytes", self.max_body_bytes)
+        if self.max_connections < 0:
+            raise ValueError(f"max_connections must be >= 0, got {self.max_connections}")
+        for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "write_timeout_s"):
+            _positive(name, getattr(self, name))
         if self.processes < 0:
             raise ValueError(f"processes must be >= 0, got {self.processes}")
 

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from mesh import Mesh
 from node.cluster.state import SharedState
+from node.http.connections import CLOSE_REASONS, ConnectionGate
 from node.pipeline.generate import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.cache_aware import CacheAware
@@ -249,6 +250,33 @@ class _BoundedLabel:
         return value
 
 
+class _ConnectionCollector(Collector):
+    """Client connections (node/http/connections.py): open, the cap, and what the bounds closed or refused."""
+
+    def __init__(self, gate: ConnectionGate) -> None:
+        self._gate = gate
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        gate = self._gate
+        yield GaugeMetricFamily("smg_node_http_connections", "Open client connections.", value=gate.open)
+        yield GaugeMetricFamily(
+            "smg_node_http_connections_max", "The cap on open client connections.", value=gate.limits.max_connections
+        )
+        yield CounterMetricFamily(
+            "smg_node_http_connections_refused",
+            "Connections refused with a 503 at the cap while every open one was busy.",
+            value=gate.refused,
+        )
+        closed = CounterMetricFamily(
+            "smg_node_http_connections_closed",
+            "Connections the node closed: header, body or write timeout, or evicted at the cap for a new one.",
+            labels=["reason"],
+        )
+        for reason in CLOSE_REASONS:
+            closed.add_metric([reason], gate.closed[reason])
+        yield closed
+
+
 class NodeMetrics:
     """The node's metrics. ``registry`` holds the instruments; ``view`` the collectors read at scrape time.
 
@@ -335,6 +363,9 @@ class NodeMetrics:
         self.tally = RequestTally()  # this process's totals, for the status page
         self.view.register(_WorkerCollector(pool))
         self.view.register(_RoutingCollector(pool))
+
+    def watch_connections(self, gate: ConnectionGate) -> None:
+        self.view.register(_ConnectionCollector(gate))
 
     def watch_mesh(self, mesh: Mesh) -> None:
         self.view.register(_MeshCollector(mesh))

@@ -8,10 +8,18 @@ Python runs one thread of bytecode at a time per process; N full node processes 
 supervises: it starts the children (each a complete `smg-node serve` with `--processes 1 --reuse-port`),
 restarts one that dies (with backoff), and on SIGTERM/SIGINT forwards the signal and waits for them to drain.
 With ``hangup`` it forwards SIGHUP too (each child re-reads its mesh key file) instead of dying of it.
+
+Children die with their supervisor, however it ends (kill -9 included): unsupervised children would keep the
+port and serve on, never restarted. Each child, first thing, asks the kernel for SIGTERM when its parent dies
+(Linux PR_SET_PDEATHSIG) and then checks that its parent is still the supervisor that started it (one that
+died before the request was made would never signal). Without prctl the child watches a pipe whose only write
+end the supervisor holds: end of file means the supervisor is gone. Either way the child drains as on SIGTERM.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -19,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +43,9 @@ RESTART_BACKOFF_MAX_S = 30.0
 # A child that ran this long before dying is treated as healthy: its restart backoff starts over.
 STABLE_AFTER_S = 60.0
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+#: The signal a child gets when its supervisor dies: the one that drains it, as a supervisor's stop does.
+SUPERVISOR_DEATH_SIGNAL = signal.SIGTERM
 
 
 def resolve_processes(requested: int) -> int:
@@ -84,6 +96,40 @@ def sibling_keyfile() -> str:
     return path
 
 
+def follow_supervisor(supervisor_pid: int, pipe_fd: int) -> str:
+    """In a child, first thing: end this process (SIGTERM) when ``supervisor_pid`` dies; returns how.
+
+    ``pipe_fd`` is the read end of a pipe whose write end only the supervisor holds: watched (a daemon thread
+    blocked on it) where PR_SET_PDEATHSIG is not available, closed where it is.
+    """
+    if _set_parent_death_signal(SUPERVISOR_DEATH_SIGNAL):
+        os.close(pipe_fd)
+        mechanism = "prctl"
+    else:
+        threading.Thread(target=_signal_on_eof, args=(pipe_fd,), name="supervisor-watch", daemon=True).start()
+        mechanism = "pipe"
+    if os.getppid() != supervisor_pid:  # it died before the kernel (or the pipe) could tell us
+        os.kill(os.getpid(), SUPERVISOR_DEATH_SIGNAL)
+    return mechanism
+
+
+def _set_parent_death_signal(sig: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return False
+    return int(prctl(PR_SET_PDEATHSIG, sig)) == 0
+
+
+def _signal_on_eof(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        while os.read(fd, 1):
+            pass
+    os.kill(os.getpid(), SUPERVISOR_DEATH_SIGNAL)
+
+
 @dataclass
 class _Child:
     index: int
@@ -91,6 +137,8 @@ class _Child:
     started: float
     backoff_s: float = RESTART_BACKOFF_MIN_S
     restart_at: float | None = None
+    #: The write end of the child's supervisor pipe (see `follow_supervisor`), held until the child is reaped.
+    pipe: int | None = None
 
 
 @dataclass
@@ -107,11 +155,29 @@ class ProcessGroup:
     _children: list[_Child] = field(default_factory=list)
     _stopping: bool = False
 
-    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
+    def _spawn(self, index: int) -> tuple[subprocess.Popen[bytes], int]:
+        """Start child ``index``; returns it and the write end of its supervisor pipe."""
         env = {**os.environ, "SMG_NODE_PROCESS_INDEX": str(index), "SMG_NODE_PROCESS_COUNT": str(self.count)}
         if self.metrics_dir:  # prometheus-client reads it when the child imports it: before any metric exists
             env |= {"PROMETHEUS_MULTIPROC_DIR": self.metrics_dir, "SMG_NODE_METRICS_DIR": self.metrics_dir}
-        return subprocess.Popen([sys.executable, "-m", "node.cli", *self.argv], env=env)
+        watched, held = os.pipe()
+        follow = ["--supervisor-pid", str(os.getpid()), "--supervisor-fd", str(watched)]
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "node.cli", *self.argv, *follow], env=env, pass_fds=(watched,)
+            )
+        except BaseException:
+            os.close(held)
+            raise
+        finally:
+            os.close(watched)
+        return proc, held
+
+    def _start(self, child: _Child, now: float) -> None:
+        if child.pipe is not None:
+            os.close(child.pipe)
+        child.proc, child.pipe = self._spawn(child.index)
+        child.started, child.restart_at = now, None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
@@ -128,7 +194,9 @@ class ProcessGroup:
         if self.hangup:
             signal.signal(signal.SIGHUP, self._on_hangup)
         now = time.monotonic()
-        self._children = [_Child(k, self._spawn(k), now) for k in range(self.count)]
+        for k in range(self.count):
+            proc, pipe = self._spawn(k)
+            self._children.append(_Child(k, proc, now, pipe=pipe))
         try:
             while not self._stopping:
                 time.sleep(POLL_S)
@@ -142,7 +210,7 @@ class ProcessGroup:
         for child in self._children:
             if child.restart_at is not None:
                 if now >= child.restart_at:
-                    child.proc, child.started, child.restart_at = self._spawn(child.index), now, None
+                    self._start(child, now)
                 continue
             code = child.proc.poll()
             if code is None:
@@ -166,3 +234,7 @@ class ProcessGroup:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for child in self._children:
+            if child.pipe is not None:
+                os.close(child.pipe)
+                child.pipe = None

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 _ENCODE = msgspec.json.Encoder().encode
 
@@ -73,8 +74,33 @@ class SseStream:
         await self._resp.write_eof(data)
 
 
+class SseResponse(web.StreamResponse):
+    """A streamed response whose writes wait while the client is behind.
+
+    After a write that leaves the connection's transport above its high-water mark (the kernel's send buffer
+    is full and WRITE_HIGH_WATER_BYTES more wait in ours, node/http/connections.py), the write waits for the
+    drain: the handler takes no more tokens from the generation until the client reads. A client that reads
+    nothing for the connection's write timeout is disconnected; the write then raises (or the handler is
+    cancelled), the generation is closed and the worker request aborted. So a stalled client holds at most the
+    high-water mark plus one write, and the worker does not generate for it past the write timeout.
+    """
+
+    __slots__ = ("_client", "_drain")
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        writer = await super().prepare(request)
+        self._client = request.protocol
+        self._drain = request.writer.drain
+        return writer
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        await super().write(data)
+        if self._client.writing_paused:
+            await self._drain()
+
+
 async def open_stream(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+    resp = SseResponse(status=200, headers=SSE_HEADERS)
     await resp.prepare(request)
     return resp
 

@@ -64,12 +64,13 @@ async def start_cluster(
     *,
     storage: StorageConfig | None = None,
     api: ApiConfig | None = None,
+    http: HttpConfig | None = None,
     **sim: object,
 ) -> AsyncIterator[Cluster]:
     async with contextlib.AsyncExitStack() as stack:
         sims = [await stack.enter_async_context(SimWorker(fast_sim(model_dir, **sim))) for _ in range(workers)]
         config = node_config(model_dir, [s.port for s in sims], routing)
-        config = replace(config, storage=storage or config.storage, api=api or config.api)
+        config = replace(config, storage=storage or config.storage, api=api or config.api, http=http or config.http)
         node = await stack.enter_async_context(run_node(config))
         client = AsyncOpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0, timeout=30)
         stack.push_async_callback(client.close)

@@ -123,6 +123,57 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: P
         wait_until(lambda: _all_list(url, extra), timeout_s=10, what="every process listing the new worker")
 
 
+def test_children_exit_with_a_killed_supervisor(llama3_model_dir: Path, tmp_path: Path) -> None:
+    sim_port, http_port = free_port(), free_port()
+    sim_args = [*SMG_NODE, "sim-worker", "--port", str(sim_port), "--model-path", str(llama3_model_dir)]
+    node_args = [*SMG_NODE, "serve", "--port", str(http_port), "--model-path", str(llama3_model_dir)]
+    node_args += ["--worker", f"grpc://127.0.0.1:{sim_port}", "--processes", "2"]
+    node_args += ["--history-backend", "redis", "--redis-url", "redis://127.0.0.1:6379/0"]
+    url = f"http://127.0.0.1:{http_port}"
+    with process(sim_args, log=tmp_path / "sim.log"), process(node_args, log=tmp_path / "node.log") as supervisor:
+        wait_until(lambda: http_status(url + "/readiness") == 200, timeout_s=60, what="node readiness")
+        wait_until(lambda: len(_pids(url, 20)) == 2, timeout_s=60, what="both processes serving")
+        children = [pid for pid in _all_pids() if _ppid(pid) == supervisor.pid]
+        assert len(children) == 2
+        os.kill(supervisor.pid, signal.SIGKILL)
+        supervisor.wait(timeout=5)
+        started = time.monotonic()
+        # Each child drains as on SIGTERM: it stops accepting first...
+        wait_until(lambda: not port_open(http_port), timeout_s=STOP_SERVING_WITHIN_S, what="the port to close")
+        # ...and exits once idle; the siblings' private mesh leave waits out its timeout, all members leaving.
+        wait_until(lambda: all(_exited(pid) for pid in children), timeout_s=20, what="the children to exit")
+        assert time.monotonic() - started < CHILDREN_EXIT_WITHIN_S
+
+
+#: An unsupervised child must not serve on: it closes its listener at once on its supervisor's death.
+STOP_SERVING_WITHIN_S = 2.0
+#: Idle children exit within ~1 s of that, plus the mesh's leave timeout (5 s): when every member of the
+#: siblings' private mesh leaves at once, nobody is left to gossip the leave to.
+CHILDREN_EXIT_WITHIN_S = 2.0 + 5.0
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return raw.rsplit(b")", 1)[1].split()  # [state, ppid, ...]: the name before may hold spaces
+
+
+def _ppid(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def _exited(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] == b"Z"
+
+
 def _process_index(pid: int) -> int:
     """The supervisor's index of a node process, from the environment it was started with."""
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
