@@ -388,12 +388,12 @@ class NodeMetrics:
         self.tally.observe(status, rec.worker, rec.prompt_tokens, rec.cached_tokens)
         self.requests.labels(rec.route, code).inc()
         self.duration.labels(rec.model, rec.route, code).observe(duration_s)
+        for failed, error_type in rec.worker_errors:
+            self.worker_errors.labels(self._worker_label(failed), error_type).inc()
         if not rec.worker:
             return
         worker = self._worker_label(rec.worker)
         self.worker_requests.labels(worker, code).inc()
-        if rec.worker_error:
-            self.worker_errors.labels(worker, rec.worker_error).inc()
         if (queue := rec.queue_s) is not None:
             self.queue.labels(rec.model, rec.route).observe(queue)
         if (ttft := rec.ttft_s) is not None:

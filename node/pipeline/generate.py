@@ -191,7 +191,7 @@ class Generation:
                         yield batch
                 return
             except WorkerFailed as exc:
-                rec.worker_error = type(exc).__name__
+                rec.failed(worker.url, exc)
                 span.record_exception(exc)
                 if received or attempt == MAX_CONNECT_ATTEMPTS:
                     raise

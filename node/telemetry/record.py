@@ -38,7 +38,8 @@ class RequestRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    worker_error: str = ""  # the class of the last worker failure (a bounded set of names)
+    # (worker, failure class) of every attempt a worker failed; as many as the retry policy's attempts
+    worker_errors: list[tuple[str, str]] = field(default_factory=list)
     tracer: Tracer = NO_TRACER
     span: Span = INVALID_SPAN  # the request's server span (INVALID_SPAN: not traced)
 
@@ -48,6 +49,9 @@ class RequestRecord:
         self.model = model or self.model
         if self.dispatched is None:
             self.dispatched = time.perf_counter()
+
+    def failed(self, worker: str, error: Exception) -> None:
+        self.worker_errors.append((worker, type(error).__name__))
 
     def tokens(self, count: int) -> None:
         """``count`` new output tokens arrived now."""
