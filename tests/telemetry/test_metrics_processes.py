@@ -52,7 +52,7 @@ def test_one_scrape_counts_every_process(llama3_model_dir: Path, tmp_path: Path)
     node_args += ["--worker", f"grpc://127.0.0.1:{sim_port}", "--processes", "2", "--health-interval-s", "0.3"]
     node_args += ["--history-backend", "redis", "--redis-url", "redis://127.0.0.1:6379/0"]
     url = f"http://127.0.0.1:{http_port}"
-    with process(sim_args, log=tmp_path / "sim.log"), process(node_args, log=tmp_path / "node.log"):
+    with process(sim_args, log=tmp_path / "sim.log"), process(node_args, log=tmp_path / "node.log") as node:
         wait_until(lambda: port_open(sim_port), timeout_s=30, what="the sim worker to listen")
         wait_until(lambda: http_status(url + "/readiness") == 200, timeout_s=60, what="node readiness")
         wait_until(lambda: len(set(_health_pids(url, 10))) == 2, timeout_s=60, what="both processes serving")
@@ -95,3 +95,15 @@ def test_one_scrape_counts_every_process(llama3_model_dir: Path, tmp_path: Path)
         after = _get(url + "/metrics")
         assert _sample(after, "smg_node_http_requests_total", 'route="/v1/completions",status="200"') == completions
         assert _sample(after, "smg_node_http_in_flight_requests") == 1  # the scrape itself, once
+
+        # The supervisor removes the shared directory when it stops.
+        shared = Path(_environ(min(pids))["PROMETHEUS_MULTIPROC_DIR"])
+        assert shared.is_dir() and any(shared.glob("*.db"))
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=60)
+        assert not shared.exists()
+
+
+def _environ(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode().split("=", 1) for e in entries if b"=" in e)
