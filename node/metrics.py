@@ -277,6 +277,38 @@ class _ConnectionCollector(Collector):
         yield closed
 
 
+#: Label combinations whose metric children are kept at hand (``labels()`` costs microseconds per call); past
+#: it a request's children are looked up each time. Labels are bounded, this bounds the memory of the shortcut.
+MAX_CACHED_SERIES = 4096
+
+
+class _Series:
+    """The children one (route, model, status, worker) combination observes into (the worker's only with one)."""
+
+    __slots__ = (
+        "duration",
+        "generation_tokens",
+        "prompt_tokens",
+        "queue",
+        "requests",
+        "tpot",
+        "ttft",
+        "worker_requests",
+    )
+
+    def __init__(self, m: NodeMetrics, route: str, model: str, code: str, worker: str) -> None:
+        self.requests = m.requests.labels(route, code)
+        self.duration = m.duration.labels(model, route, code)
+        if not worker:  # a request no worker served has no per-worker series (none made, none exported)
+            return
+        self.worker_requests = m.worker_requests.labels(worker, code)
+        self.queue = m.queue.labels(model, route)
+        self.ttft = m.ttft.labels(model, route, worker)
+        self.tpot = m.tpot.labels(model, worker)
+        self.prompt_tokens = m.request_tokens.labels(model, route, "prompt")
+        self.generation_tokens = m.request_tokens.labels(model, route, "generation")
+
+
 class NodeMetrics:
     """The node's metrics. ``registry`` holds the instruments; ``view`` the collectors read at scrape time.
 
@@ -361,6 +393,7 @@ class NodeMetrics:
         )
         self._worker_label = _BoundedLabel(MAX_WORKER_LABELS, OTHER_WORKER)
         self.tally = RequestTally()  # this process's totals, for the status page
+        self._series: dict[tuple[str, str, int, str], _Series] = {}
         self.view.register(_WorkerCollector(pool))
         self.view.register(_RoutingCollector(pool))
 
@@ -384,25 +417,30 @@ class NodeMetrics:
 
     def observe(self, rec: record.RequestRecord, status: int, duration_s: float) -> None:
         """One finished request: its latency histograms, and its worker's counters when it reached one."""
-        code = str(status)
         self.tally.observe(status, rec.worker, rec.prompt_tokens, rec.cached_tokens)
-        self.requests.labels(rec.route, code).inc()
-        self.duration.labels(rec.model, rec.route, code).observe(duration_s)
         for failed, error_type in rec.worker_errors:
             self.worker_errors.labels(self._worker_label(failed), error_type).inc()
-        if not rec.worker:
+        worker = self._worker_label(rec.worker) if rec.worker else ""
+        key = (rec.route, rec.model, status, worker)
+        series = self._series.get(key)
+        if series is None:
+            series = _Series(self, rec.route, rec.model, str(status), worker)
+            if len(self._series) < MAX_CACHED_SERIES:
+                self._series[key] = series
+        series.requests.inc()
+        series.duration.observe(duration_s)
+        if not worker:
             return
-        worker = self._worker_label(rec.worker)
-        self.worker_requests.labels(worker, code).inc()
+        series.worker_requests.inc()
         if (queue := rec.queue_s) is not None:
-            self.queue.labels(rec.model, rec.route).observe(queue)
+            series.queue.observe(queue)
         if (ttft := rec.ttft_s) is not None:
-            self.ttft.labels(rec.model, rec.route, worker).observe(ttft)
+            series.ttft.observe(ttft)
         if (tpot := rec.tpot_s) is not None:
-            self.tpot.labels(rec.model, worker).observe(tpot)
+            series.tpot.observe(tpot)
         if rec.prompt_tokens or rec.completion_tokens:
-            self.request_tokens.labels(rec.model, rec.route, "prompt").observe(rec.prompt_tokens)
-            self.request_tokens.labels(rec.model, rec.route, "generation").observe(rec.completion_tokens)
+            series.prompt_tokens.observe(rec.prompt_tokens)
+            series.generation_tokens.observe(rec.completion_tokens)
 
     def snapshot(self) -> None:
         """Publish this process's view to its siblings (multiprocess mode only)."""

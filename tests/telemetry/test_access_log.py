@@ -53,6 +53,7 @@ async def test_one_access_line_and_histograms_per_request(
     assert 'smg_node_request_tokens_sum{kind="generation",model="llama3",route="/v1/completions"} 5.0' in metrics
     assert 'smg_node_http_request_duration_seconds_count{model="",route="/v1/completions",status="404"} 1.0' in metrics
     assert f'smg_node_worker_requests_total{{status="200",{worker}}} 1.0' in metrics
+    assert 'worker=""' not in metrics, "a request no worker served makes no per-worker series"
 
 
 def test_access_line_bounds_the_path() -> None:
