@@ -1,9 +1,10 @@
 """The composition root: builds storage -> mesh -> cluster state -> workers -> model -> HTTP on one AsyncExitStack
 and unwinds in reverse.
 
-Shutdown order (reverse of construction): stop accepting HTTP and let in-flight requests finish (bounded by
-``shutdown_grace_s``), then cancel and await background tasks (health checks, Aborts), then close worker
-channels and the CPU pool, and last close the history stores (so in-flight responses can still be stored).
+Shutdown order (reverse of construction), the drain of node/drain.py first: readiness 503, start leaving the
+mesh and stop accepting HTTP, let in-flight requests and streams finish (bounded by ``drain_timeout_s``), then
+cancel and await background tasks (health checks, Aborts), then close worker channels and the CPU pool, await
+the mesh leave, and last close the history stores (so in-flight responses can still be stored).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from aiohttp import web
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
-from node.cluster.member import publish_http_addr, run_mesh
+from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import HttpConfig, NodeConfig
 from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
 from node.discovery.kubernetes import K8sDiscovery, k8s_target
+from node.drain import Drain
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.mesh_routes import add_mesh_routes
 from node.http.protocol import EnvelopeAppRunner
@@ -36,6 +38,7 @@ from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
 from node.pipeline.served_model import ServedModel, load_served_model
+from node.progress import reporting
 from node.routing.affinity import AffinityHints
 from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import RoutingPolicy
@@ -100,6 +103,8 @@ async def run_node(
             channels = mesh_delegate()
             bind_http = f"{config.http.host}:{config.http.port}"
             mesh = await stack.enter_async_context(run_mesh(config.cluster, http_addr=bind_http, delegate=channels))
+        drain = Drain()
+        stack.push_async_callback(drain.left)  # unwound just before run_mesh stops the member
         routing = config.routing
         roles = ("regular", "prefill", "decode")
         by_model = routing.policies_by_model()
@@ -212,6 +217,7 @@ async def run_node(
             tenancy=config.api,
             limits=config.limits,
             observe=observe(metrics, tracing_=tracing, access_log_on=telemetry.access_log, identity=_identity),
+            drain=drain,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
@@ -221,7 +227,7 @@ async def run_node(
         metrics.watch_connections(gate)
         app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = EnvelopeAppRunner(
-            app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.shutdown_grace_s
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
@@ -239,10 +245,17 @@ async def run_node(
         node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
+        # Unwound first: readiness 503 and the mesh leave start before the listener closes.
+        stack.callback(_start_drain, drain, mesh, config.http.drain_timeout_s)
         log.info(
             "serving %s on %s with %d worker(s)", ", ".join(repr(m.name) for m in models), node.url, len(pool.workers)
         )
         yield node
+
+
+def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
+    drain.start(leave=functools.partial(leave_mesh, mesh) if mesh is not None else None)
+    log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
 
 
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:
@@ -266,7 +279,12 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     ]
     info = None
     if len(paths) == 1 and not config.model.served_model_name and pool.workers:
-        info = await pool.wait_model_info(config.workers.startup_wait_s)
+        wait_s = config.workers.startup_wait_s
+        urls = ", ".join(w.url for w in pool.workers)
+        async with reporting(
+            lambda t: f"waiting for a worker to answer GetModelInfo ({t:.0f} of {wait_s:.0f} s): {urls}"
+        ):
+            info = await pool.wait_model_info(wait_s)
         if info is None:
             log.warning("no worker answered GetModelInfo; serving the model under its folder name")
     models = list(await asyncio.gather(*loading))

@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import shutil
@@ -27,6 +28,8 @@ log = logging.getLogger("smg-node")
 T = TypeVar("T")
 
 DEMO_WORKERS = 2
+# The node's own join gives up after the mesh's join_timeout_s (30 s); a little longer lets its answer arrive.
+JOIN_WAIT_S = 35.0
 CONFIG_HELP = "YAML file of config keys, by section (http: {port: 8000}) or flat (flags and env override it)"
 
 
@@ -57,17 +60,30 @@ def load_node_config(
     return NodeConfig(**load_sections(NODE_SECTIONS, args, merged))
 
 
-def _run(main: Callable[[], Awaitable[None]]) -> int:
-    """Run ``main`` on uvloop until it returns or SIGINT/SIGTERM arrives (then shut down in order)."""
+def _run(main: Callable[[asyncio.Event], Awaitable[None]], *, drain: bool = False) -> int:
+    """Run ``main(stop)`` on uvloop until it returns or SIGINT/SIGTERM arrives.
+
+    Without ``drain`` a signal cancels ``main`` (its contexts unwind in order). With ``drain`` the first signal
+    sets ``stop`` and ``main`` returns on its own, draining on the way out without a pending cancellation
+    (which would cut short every wait of the drain); a second signal cancels it (stop now).
+    """
 
     async def guarded() -> None:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def on_signal() -> None:
+            if drain and not stop.is_set():
+                stop.set()
+            else:
+                task.cancel()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, on_signal)
         with contextlib.suppress(asyncio.CancelledError):
-            await main()
+            await main(stop)
 
     try:
         import uvloop
@@ -76,10 +92,6 @@ def _run(main: Callable[[], Awaitable[None]]) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
         asyncio.run(guarded())
     return 0
-
-
-async def _serve_forever() -> None:
-    await asyncio.Event().wait()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -122,7 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             group = ProcessGroup(
                 argv=[*args.argv, *pinned],
                 count=count,
-                grace_s=config.http.shutdown_grace_s,
+                grace_s=config.http.drain_timeout_s,
                 hangup=bool(config.cluster.mesh_key_file),  # the children reload it on SIGHUP
                 metrics_dir=shared_metrics,
             )
@@ -134,26 +146,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node.app import run_node
     from node.cluster.keys import KeyFileReload
 
-    async def main() -> None:
+    async def main(stop: asyncio.Event) -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)
         if hangup.path:  # key rotation without a restart: SIGHUP re-reads --mesh-key-file
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
         async with run_node(config) as node:
             print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
             with hangup.serving(node.mesh):
-                await _serve_forever()
+                await stop.wait()
+            print("smg-node draining (SIGTERM again to stop at once)", flush=True)
+        print("smg-node stopped", flush=True)
 
-    return _run(main)
+    return _run(main, drain=True)
 
 
 def cmd_sim_worker(args: argparse.Namespace) -> int:
     from node.sim.config import SimWorkerConfig
+    from node.sim.errors import SimError
     from node.sim.worker import run_sim_worker
 
     loaded = load_sections(_sim_sections(), args)
     config: SimWorkerConfig = loaded["sim"]
     setup_logging(loaded["log"])
-    return _run(lambda: run_sim_worker(config))
+    try:
+        return _run(lambda _stop: run_sim_worker(config))
+    except SimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def cmd_models_prepare(args: argparse.Namespace) -> int:
@@ -174,7 +193,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from node.app import run_node
     from node.models.prepare import PrepareError, default_models_dir, prepare_model
     from node.sim.config import SimWorkerConfig
-    from node.sim.worker import SimWorker
+    from node.sim.worker import SimWorker, load_sim_model
 
     try:
         model_dir = prepare_model(args.family, default_models_dir(os.environ))
@@ -185,18 +204,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = load_node_config(args, model_path=(str(model_dir),))
     setup_logging(config.log)
 
-    async def main() -> None:
+    async def main(stop: asyncio.Event) -> None:
         async with contextlib.AsyncExitStack() as stack:
             ports = []
+            sim = SimWorkerConfig(port=0, model_path=str(model_dir))
+            # One load for every simulated worker: the folder and vocabulary are read-only, and each load of a
+            # 128k-token tokenizer costs a second or two of the demo's time to first answer.
+            sim_model = await asyncio.to_thread(load_sim_model, sim)
             for _ in range(args.workers):
-                sim = SimWorkerConfig(port=0, model_path=str(model_dir))
-                worker = await stack.enter_async_context(SimWorker(sim))
+                worker = await stack.enter_async_context(SimWorker(sim, sim_model))
                 ports.append(worker.port)
             urls = tuple(f"grpc://127.0.0.1:{p}" for p in ports)
             workers = dataclasses.replace(config.workers, workers=(*config.workers.workers, *urls))
             node = await stack.enter_async_context(run_node(dataclasses.replace(config, workers=workers)))
             print(_demo_banner(node.url, node.model.name, ports), flush=True)
-            await _serve_forever()
+            await stop.wait()
 
     return _run(main)
 
@@ -217,8 +239,30 @@ Press Ctrl-C to stop.
 """
 
 
-def _node_request(node: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 60) -> Any:
-    """Call a running node's HTTP API; returns the decoded JSON or raises SystemExit with its error."""
+def _node_request(
+    node: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 60, waiting_for: str = ""
+) -> Any:
+    """Call a running node's HTTP API; returns the decoded JSON or raises SystemExit with its error.
+    ``waiting_for``: what a wait is for, printed as a progress line on stderr while the call lasts over a second."""
+    import concurrent.futures
+
+    from node.progress import EVERY_S, FIRST_AFTER_S
+
+    if not waiting_for:
+        return _node_call(node, path, body, timeout_s)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        call = pool.submit(_node_call, node, path, body, timeout_s)
+        waited, pause = 0.0, FIRST_AFTER_S
+        while True:
+            try:
+                return call.result(timeout=pause)
+            except concurrent.futures.TimeoutError:
+                waited += pause
+                pause = EVERY_S
+                print(f"waiting for {waiting_for} ({waited:.0f} of {timeout_s:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _node_call(node: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
     import json
     import urllib.error
     import urllib.request
@@ -241,12 +285,45 @@ def _node_request(node: str, path: str, body: dict[str, Any] | None = None, time
         if exc.code == 404 and path.startswith("/mesh"):
             message = "this node runs without a mesh (start it with --mesh-bind host:port)"
         raise SystemExit(f"error: {node}: {message}") from None
+    except TimeoutError:
+        raise SystemExit(f"error: {node} gave no answer within {timeout_s:.0f} s") from None
     except (urllib.error.URLError, OSError) as exc:
         raise SystemExit(f"error: cannot reach {node}: {exc}") from None
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """Write a fresh mesh keyring file (mode 0600) for --mesh-key-file; an existing file is kept unless --force,
+    so an init step can run on every start and every node reads the same key."""
+    from mesh import Keyring
+
+    path = Path(args.file)
+    if path.exists() and not args.force:
+        print(f"{path}: exists, kept")
+        return 0
+    text = Keyring([Keyring.generate()]).dump()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)  # readers never see a half-written file
+    except OSError as exc:
+        print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: new mesh key written")
+    return 0
+
+
 def cmd_join(args: argparse.Namespace) -> int:
-    result = _node_request(args.node, "/mesh/join", {"peers": args.peers})
+    peers = ", ".join(args.peers)
+    result = _node_request(
+        args.node,
+        "/mesh/join",
+        {"peers": args.peers},
+        timeout_s=args.timeout_s,
+        waiting_for=f"{args.node} to join the cluster through {peers}",
+    )
     print(f"joined through {result['joined']} peer(s); the cluster has {result['members']} member(s)")
     return 0
 
@@ -366,7 +443,18 @@ def build_parser() -> argparse.ArgumentParser:
     join = sub.add_parser("join", help="ask a running node to join the cluster of PEER (its mesh host:port)")
     join.add_argument("peers", nargs="+", metavar="PEER", help="mesh address of a member of the cluster to join")
     join.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node that joins")
+    join.add_argument(
+        "--timeout-s",
+        type=float,
+        default=JOIN_WAIT_S,
+        help=f"give up waiting for the answer after this long [default: {JOIN_WAIT_S:.0f}]",
+    )
     join.set_defaults(func=cmd_join)
+
+    keygen = sub.add_parser("keygen", help="write a new mesh key file for --mesh-key-file (kept if it exists)")
+    keygen.add_argument("file", metavar="FILE", help="key file to create (mode 0600)")
+    keygen.add_argument("--force", action="store_true", help="replace an existing file")
+    keygen.set_defaults(func=cmd_keygen)
 
     members = sub.add_parser("members", help="the cluster's members as a node sees them")
     members.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
@@ -400,6 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
     args.argv = raw  # the command line as given, for `serve --processes N` to start its children with
+    from mesh import MeshError
     from node.pipeline.model import ModelFolderError
     from node.pipeline.template import TemplateError
     from node.workers.channel_config import WorkerTlsError
@@ -408,10 +497,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except configload.ConfigError as exc:
         parser.error(str(exc))
-    except (ModelFolderError, TemplateError, WorkerTlsError) as exc:
+    except (ModelFolderError, TemplateError, WorkerTlsError, MeshError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a port in use, an unreadable file, a name that does not resolve: the operator's to fix
+        print(f"error: {_os_error_text(exc)}", file=sys.stderr)
+        return 1
     return code
+
+
+def _os_error_text(exc: OSError) -> str:
+    text = str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        return f"{text} (another process is listening there: pick another --port or stop it)"
+    return text
 
 
 if __name__ == "__main__":

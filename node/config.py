@@ -49,8 +49,12 @@ class HttpConfig:
     max_body_bytes: int = field(
         default=16 * 1024 * 1024, metadata={"help": "largest accepted request body; larger is a 413"}
     )
-    shutdown_grace_s: float = field(
-        default=5.0, metadata={"help": "how long in-flight requests may finish after SIGTERM"}
+    drain_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "after SIGTERM (readiness 503, mesh left, listener closed), how long in-flight requests and "
+            "streams may run before they are cut"
+        },
     )
     processes: int = field(
         default=0,
@@ -95,6 +99,8 @@ class HttpConfig:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         _positive("max_body_bytes", self.max_body_bytes)
+        if not 0 <= self.drain_timeout_s < float("inf"):
+            raise ValueError(f"drain_timeout_s must be >= 0 and finite, got {self.drain_timeout_s}")
         if self.max_connections < 0:
             raise ValueError(f"max_connections must be >= 0, got {self.max_connections}")
         for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "write_timeout_s"):

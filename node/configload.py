@@ -1,8 +1,9 @@
 """Typed configuration loading: one frozen dataclass per component, filled from YAML, env and CLI flags.
 
 Defaults live only in the dataclass fields. Each field becomes a CLI flag (``--field-name``, or
-``metadata["flag"]``), an environment variable (``SMG_NODE_FIELD_NAME``) and a YAML key (the field name) in
-its component's section (``http: {port: 8000}``) or, equally, at the top level (``port: 8000``).
+``metadata["flag"]``), an environment variable (``SMG_NODE_FIELD_NAME``, or the class's own ``ENV_PREFIX`` when
+a command's config must not answer to another command's variables) and a YAML key (the field name) in its
+component's section (``http: {port: 8000}``) or, equally, at the top level (``port: 8000``).
 Precedence, lowest to highest: field default < YAML file < environment < CLI flag. Values are validated once,
 here, and a bad key or value is reported by name (``ConfigError``).
 """
@@ -34,8 +35,13 @@ def flag_name(field: dataclasses.Field[Any]) -> str:
     return str(flag) if flag else "--" + field.name.replace("_", "-")
 
 
-def env_name(field: dataclasses.Field[Any]) -> str:
-    return ENV_PREFIX + field.name.upper()
+def env_prefix(cls: type[Any]) -> str:
+    """The class's ``ENV_PREFIX`` (a ClassVar) if it sets one, else SMG_NODE_."""
+    return str(getattr(cls, "ENV_PREFIX", ENV_PREFIX))
+
+
+def env_name(field: dataclasses.Field[Any], prefix: str = ENV_PREFIX) -> str:
+    return prefix + field.name.upper()
 
 
 def _fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
@@ -131,7 +137,7 @@ def add_arguments(
         if field.default_factory is not _MISSING:
             default = field.default_factory()
         help_text = str(field.metadata.get("help", ""))
-        env = env_name(field)
+        env = env_name(field, env_prefix(cls))
         inner, _ = _strip_optional(tp)
         dest = f"{cls.__name__}.{field.name}"
         if inner is bool:
@@ -231,13 +237,15 @@ def build(
 ) -> T:
     """Build ``cls`` from (lowest to highest) defaults, file values, env, CLI args, explicit overrides."""
     hints = _hints(cls)
+    prefix = env_prefix(cls)
     values: dict[str, Any] = {}
     for field in _fields(cls):
         tp = hints[field.name]
         if file_values is not None and field.name in file_values:
             values[field.name] = convert(field.name, tp, file_values[field.name])
-        if env is not None and env_name(field) in env:
-            values[field.name] = convert(env_name(field), tp, env[env_name(field)])
+        var = env_name(field, prefix)
+        if env is not None and var in env:
+            values[field.name] = convert(var, tp, env[var])
         if args is not None:
             raw = getattr(args, f"{cls.__name__}.{field.name}", None)
             if raw is not None:

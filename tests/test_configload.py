@@ -158,3 +158,26 @@ def test_demo_builds_its_config_through_the_same_loader(
     assert config.model.model_path == (str(models / "llama3"),)
     (url,) = config.workers.workers
     assert url.startswith("grpc://127.0.0.1:")
+
+
+def test_sim_worker_env_vars_are_its_own() -> None:
+    """One environment configures a node and a worker (a container image): neither reads the other's."""
+    import dataclasses
+
+    from node import configload
+    from node.config import NODE_SECTIONS, LogConfig
+    from node.sim.config import SimWorkerConfig
+
+    def names(cls: type) -> set[str]:
+        return {configload.env_name(f, configload.env_prefix(cls)) for f in dataclasses.fields(cls)}
+
+    node_vars = set().union(*(names(cls) for cls in NODE_SECTIONS.values()))
+    shared = names(SimWorkerConfig) & node_vars
+    assert not shared, f"sim-worker and serve share {sorted(shared)}"
+    assert names(LogConfig) <= node_vars, "logging is deliberately shared"
+    sim = configload.build(SimWorkerConfig, env={"SMG_NODE_PORT": "1", "SMG_SIM_PORT": "7000"})
+    assert sim.port == 7000
+    every = [
+        configload.env_name(f, configload.env_prefix(c)) for c in NODE_SECTIONS.values() for f in dataclasses.fields(c)
+    ]
+    assert len(every) == len(set(every)), "two serve settings answer to one variable"

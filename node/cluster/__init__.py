@@ -4,6 +4,7 @@
 |---|---|
 | `config.py` | `ClusterConfig` and what it means for the mesh: the MeshConfig profile, seeds, this node's metadata |
 | `member.py` | this node's member: start, join the seeds in the background, leave gracefully |
+| `seeds.py` | seeds by DNS name (all its addresses but ours, re-resolved each round); a wildcard bind's address |
 | `keys.py` | key rotation without downtime (SIGHUP re-reads --mesh-key-file) |
 | `state.py` | the node's share of the replicated state: channels, `SharedState`, the ticker |
 | `registry.py` | the worker registry (a replicated registry table) |

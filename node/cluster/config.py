@@ -29,10 +29,19 @@ class ClusterConfig:
         default="", metadata={"help": "host:port for mesh gossip (UDP) and push-pull (TCP); empty: no mesh"}
     )
     join: tuple[str, ...] = field(
-        default=(), metadata={"help": "mesh address of a member to join, host:port", "metavar": "PEER"}
+        default=(),
+        metadata={
+            "help": "mesh address of a member to join, host:port; a DNS name stands for every address it "
+            "resolves to, resolved again on each retry",
+            "metavar": "PEER",
+        },
     )
     mesh_advertise: str = field(
-        default="", metadata={"help": "host:port peers reach this node at (default: the bind address)"}
+        default="",
+        metadata={
+            "help": "IP:PORT peers reach this node at (default: the bind address, or with a wildcard bind the "
+            "address this host's name resolves to, e.g. a container's)"
+        },
     )
     mesh_key_file: str = field(
         default="",
@@ -152,8 +161,9 @@ def _split(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def mesh_config(config: ClusterConfig) -> MeshConfig:
-    """The MeshConfig for this process. Under --processes N, process k binds port+k and joins process 0."""
+def mesh_config(config: ClusterConfig, *, advertise: str = "") -> MeshConfig:
+    """The MeshConfig for this process. Under --processes N, process k binds port+k and joins process 0.
+    ``advertise``: the literal address to advertise instead of --mesh-advertise's (or the bind's) host."""
     host, port = _split(config.mesh_bind)
     if port:
         port += config.process_index
@@ -168,6 +178,8 @@ def mesh_config(config: ClusterConfig) -> MeshConfig:
     if config.mesh_advertise:
         adv_host, adv_port = _split(config.mesh_advertise)
         overrides.update(advertise_addr=adv_host, advertise_port=adv_port + config.process_index if adv_port else 0)
+    if advertise:
+        overrides["advertise_addr"] = advertise
     if config.node_name:
         overrides["node_name"] = (
             config.node_name if config.process_index == 0 else f"{config.node_name}-{config.process_index}"

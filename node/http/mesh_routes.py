@@ -9,6 +9,7 @@ import msgspec
 from aiohttp import web
 
 from mesh import JoinError, Member, Mesh, check_addr
+from node.cluster.seeds import resolve_seeds
 from node.errors import GatewayError, InvalidRequest
 from node.http.errors import read_json
 
@@ -59,8 +60,11 @@ def add_mesh_routes(app: web.Application, mesh: Mesh) -> None:
                 check_addr(peer)
             except ValueError as exc:
                 raise InvalidRequest(f"'peers[{k}]': {exc}", param=f"peers[{k}]") from exc
+        peers = await resolve_seeds(req.peers, own=mesh.addr)  # names: every address they stand for, but us
+        if not peers:
+            raise JoinFailed(f"no peer of {list(req.peers)} resolves to another member's address")
         try:
-            answered = await mesh.join(req.peers)
+            answered = await mesh.join(peers)
         except JoinError as exc:
             raise JoinFailed(str(exc)) from exc
         return web.Response(

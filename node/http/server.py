@@ -10,6 +10,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from node.config import RequestLimits
+from node.drain import Drain
 from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body, error_middleware
 from node.http.history import History
 from node.http.openai_chat import ChatCompletions
@@ -43,9 +44,12 @@ def build_app(
     tenancy: ApiConfig,
     limits: RequestLimits | None = None,
     observe: Middleware | None = None,
+    drain: Drain | None = None,
 ) -> web.Application:
-    """``observe`` is the outermost middleware (node/telemetry/observe.py; the app's default: metrics only)."""
+    """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say.
+    ``observe`` is the outermost middleware (node/telemetry/observe.py; the default: metrics only)."""
     limits = limits or RequestLimits()
+    draining = drain or Drain()
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
     # The observe middleware is outermost so it counts the status the error middleware produced.
     app = web.Application(
@@ -109,9 +113,9 @@ def build_app(
 
     async def readiness(request: web.Request) -> web.Response:
         healthy = pool.healthy()
-        ready = pool.can_serve()
+        ready = pool.can_serve() and not draining.draining
         body = {
-            "status": "ready" if ready else "not ready",
+            "status": "draining" if draining.draining else "ready" if ready else "not ready",
             "policy": pool.policy_name,
             "healthy_workers": len(healthy),
             "workers": [

@@ -1,15 +1,16 @@
 """Typed configuration of the simulated GPU worker.
 
 One frozen dataclass; every field has a default and a ``help`` string so the generic loader can turn it
-into ``--field-name`` flags, ``SMG_NODE_*`` environment variables and YAML keys. Defaults look like a small
-real GPU but are fast; every latency at 0 gives the zero-latency engine that benchmarks use to measure the
-gateway's own overhead.
+into ``--field-name`` flags, ``SMG_SIM_*`` environment variables and YAML keys (not ``SMG_NODE_*``: a worker
+and a node started from one environment, as in a container image, must not read each other's host or port).
+Defaults look like a small real GPU but are fast; every latency at 0 gives the zero-latency engine that
+benchmarks use to measure the gateway's own overhead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 SimRole = Literal["regular", "prefill", "decode"]
 SIM_ROLES: tuple[str, ...] = get_args(SimRole)
@@ -28,6 +29,8 @@ _MAX_PORT = 65535
 @dataclass(frozen=True, slots=True)
 class SimWorkerConfig:
     """Settings of one simulated engine serving ``vllm.grpc.engine.VllmEngine``."""
+
+    ENV_PREFIX: ClassVar[str] = "SMG_SIM_"
 
     host: str = field(default="127.0.0.1", metadata={"help": "Address the gRPC server binds."})
     port: int = field(default=50051, metadata={"help": "gRPC port; 0 binds a free port."})
