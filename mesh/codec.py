@@ -1,4 +1,4 @@
-"""The mesh wire format: a hand-written, versioned, bounded binary codec.
+"""The mesh wire format's framing: versioned, bounded, hand-written around protobuf bodies.
 
 Packet (UDP), at most MAX_PACKET_BYTES::
 
@@ -18,159 +18,55 @@ Stream frame (TCP), one request and one reply per connection::
     stranger cannot make it buffer a large frame; index and last flag in the aad stop reordering, dropping
     or appending chunks.
 
-Integers are big-endian. ``str`` is u8 length + UTF-8; ``meta`` is str http_addr, str version, u8 count,
-(str key, str value)*count. Bodies (``seq``/``inc`` are u32)::
-
-    PING          seq target:str source_name:str source_addr:str
-    INDIRECT_PING seq target:str target_addr:str nack:u8 source_name:str source_addr:str
-    ACK / NACK    seq
-    ALIVE         inc node:str addr:str meta
-    SUSPECT/DEAD  inc node:str sender:str
-    USER          len:u16 payload
-    PUSH_PULL     join:u8 count:u32 (state:u8 inc name:str addr:str meta)*count len:u32 user_state
-
-Decoders ignore bytes after a body (fields may only be appended within a version) and raise DecodeError
-for anything truncated, oversized, of an unknown version or type, or otherwise malformed.
+Integers are big-endian. A body is the protobuf message of its type in proto/mesh.proto, encoded and
+validated by :mod:`mesh.bodies`. Decoders raise DecodeError for anything truncated, oversized, of an
+unknown version or type, or otherwise malformed; size caps are checked here before a body is parsed.
 """
 
 from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from mesh.bodies import DECODERS, encode_message
 from mesh.errors import DecodeError, DecryptError
 from mesh.keyring import Keyring
 from mesh.limits import (
     COMPOUND_HEADER_BYTES,
     COMPOUND_PART_OVERHEAD,
-    MAX_ADDR_BYTES,
     MAX_COMPOUND_PARTS,
-    MAX_MEMBERS,
-    MAX_NAME_BYTES,
     MAX_PACKET_BYTES,
     MAX_PREAUTH_BYTES,
-    MAX_ROLES,
     MAX_STREAM_FRAME_BYTES,
-    MAX_U32,
-    MAX_USER_MSG_BYTES,
-    MAX_USER_STATE_BYTES,
     NONCE_BYTES,
     PROTOCOL_VERSION,
     STREAM_HEADER_BYTES,
     STREAM_SEAL_CHUNK_BYTES,
     TAG_BYTES,
 )
-from mesh.member import MemberState, NodeMeta, check_member_addr
-from mesh.messages import (
-    Ack,
-    Alive,
-    Dead,
-    IndirectPing,
-    Message,
-    MessageType,
-    Nack,
-    Ping,
-    PushPull,
-    PushPullMember,
-    Suspect,
-    User,
-)
+from mesh.messages import Message, MessageType
+
+__all__ = [
+    "check_frame_prefix",
+    "compound",
+    "compound_size",
+    "decode_messages",
+    "encode_message",
+    "frame_length",
+    "open_frame",
+    "open_packet",
+    "seal_frame",
+    "seal_packet",
+]
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _HEADER = struct.Struct(">BBI")
 _VERSION = bytes([PROTOCOL_VERSION])
 _ENCRYPTED_AAD = bytes([PROTOCOL_VERSION, MessageType.ENCRYPTED])
-_MEMBER_STATES = frozenset(int(s) for s in MemberState)
 
 # -- encoding ---------------------------------------------------------------------------------------------
-
-
-def _str(out: bytearray, value: str) -> None:
-    raw = value.encode("utf-8")
-    if len(raw) > 255:
-        raise ValueError(f"string of {len(raw)} bytes does not fit a u8 length")
-    out.append(len(raw))
-    out += raw
-
-
-def _u32(out: bytearray, value: int) -> None:
-    if not 0 <= value <= MAX_U32:
-        raise ValueError(f"{value} does not fit a u32")
-    out += _U32.pack(value)
-
-
-def _meta(out: bytearray, meta: NodeMeta) -> None:
-    _str(out, meta.http_addr)
-    _str(out, meta.version)
-    out.append(len(meta.roles))
-    for key, value in meta.roles:
-        _str(out, key)
-        _str(out, value)
-
-
-def encode_message(msg: Message) -> bytes:
-    """type:u8 + body. Raises ValueError only for values our own constructors should have rejected."""
-    out = bytearray()
-    match msg:
-        case Ping(seq, target, source_name, source_addr):
-            out.append(MessageType.PING)
-            _u32(out, seq)
-            _str(out, target)
-            _str(out, source_name)
-            _str(out, source_addr)
-        case IndirectPing(seq, target, target_addr, nack, source_name, source_addr):
-            out.append(MessageType.INDIRECT_PING)
-            _u32(out, seq)
-            _str(out, target)
-            _str(out, target_addr)
-            out.append(1 if nack else 0)
-            _str(out, source_name)
-            _str(out, source_addr)
-        case Ack(seq):
-            out.append(MessageType.ACK)
-            _u32(out, seq)
-        case Nack(seq):
-            out.append(MessageType.NACK)
-            _u32(out, seq)
-        case Alive(inc, node, addr, meta):
-            out.append(MessageType.ALIVE)
-            _u32(out, inc)
-            _str(out, node)
-            _str(out, addr)
-            _meta(out, meta)
-        case Suspect(inc, node, sender):
-            out.append(MessageType.SUSPECT)
-            _u32(out, inc)
-            _str(out, node)
-            _str(out, sender)
-        case Dead(inc, node, sender):
-            out.append(MessageType.DEAD)
-            _u32(out, inc)
-            _str(out, node)
-            _str(out, sender)
-        case User(payload):
-            if len(payload) > MAX_USER_MSG_BYTES:
-                raise ValueError(f"user message of {len(payload)} bytes exceeds {MAX_USER_MSG_BYTES}")
-            out.append(MessageType.USER)
-            out += _U16.pack(len(payload))
-            out += payload
-        case PushPull(join, members, user_state):
-            if len(members) > MAX_MEMBERS or len(user_state) > MAX_USER_STATE_BYTES:
-                raise ValueError("push-pull exceeds MAX_MEMBERS or MAX_USER_STATE_BYTES")
-            out.append(MessageType.PUSH_PULL)
-            out.append(1 if join else 0)
-            _u32(out, len(members))
-            for m in members:
-                out.append(m.state)
-                _u32(out, m.incarnation)
-                _str(out, m.name)
-                _str(out, m.addr)
-                _meta(out, m.meta)
-            _u32(out, len(user_state))
-            out += user_state
-    return bytes(out)
 
 
 def compound(parts: Sequence[bytes]) -> bytes:
@@ -275,14 +171,6 @@ class _Reader:
         self.pos = end
         return int(value)
 
-    def u32(self) -> int:
-        end = self.pos + 4
-        if end > len(self.buf):
-            raise DecodeError("truncated")
-        (value,) = _U32.unpack_from(self.buf, self.pos)
-        self.pos = end
-        return int(value)
-
     def take(self, size: int) -> bytes:
         end = self.pos + size
         if end > len(self.buf):
@@ -291,119 +179,9 @@ class _Reader:
         self.pos = end
         return value
 
-    def text(self, limit: int) -> str:
-        buf, pos = self.buf, self.pos
-        if pos >= len(buf):
-            raise DecodeError("truncated")
-        size = buf[pos]
-        end = pos + 1 + size
-        if size > limit:
-            raise DecodeError(f"string of {size} bytes exceeds {limit}")
-        if end > len(buf):
-            raise DecodeError("truncated")
-        self.pos = end
-        try:
-            value = buf[pos + 1 : end].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DecodeError("string is not UTF-8") from exc
-        if not value.isprintable():
-            raise DecodeError(f"unprintable character in {value!r}")
-        return value
-
-    def name(self) -> str:
-        value = self.text(MAX_NAME_BYTES)
-        if not value:
-            raise DecodeError("empty member name")
-        return value
-
-    def addr(self) -> str:
-        value = self.text(MAX_ADDR_BYTES)
-        if not _valid_addr(value):
-            raise DecodeError(f"member address: expected ip:port, got {value!r}")
-        return value
-
-    def meta(self) -> NodeMeta:
-        http_addr = self.text(255)
-        version = self.text(255)
-        count = self.u8()
-        if count > MAX_ROLES:
-            raise DecodeError(f"{count} roles exceeds {MAX_ROLES}")
-        roles = tuple((self.text(255), self.text(255)) for _ in range(count))
-        meta = _make_meta(http_addr, version, roles)
-        if meta is None:
-            raise DecodeError("metadata exceeds its bounds")
-        return meta
-
-
-# Members' addresses and metadata repeat in every push-pull and alive message: validate each once.
-@functools.lru_cache(maxsize=4096)
-def _valid_addr(value: str) -> bool:
-    try:
-        check_member_addr(value)
-    except ValueError:
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=4096)
-def _make_meta(http_addr: str, version: str, roles: tuple[tuple[str, str], ...]) -> NodeMeta | None:
-    try:
-        return NodeMeta(http_addr, version, roles)
-    except ValueError:
-        return None
-
-
-def _ping(r: _Reader) -> Ping:
-    return Ping(r.u32(), r.text(MAX_NAME_BYTES), r.text(MAX_NAME_BYTES), r.addr())
-
-
-def _indirect(r: _Reader) -> IndirectPing:
-    return IndirectPing(r.u32(), r.name(), r.addr(), r.u8() != 0, r.text(MAX_NAME_BYTES), r.addr())
-
-
-def _alive(r: _Reader) -> Alive:
-    return Alive(r.u32(), r.name(), r.addr(), r.meta())
-
-
-def _user(r: _Reader) -> User:
-    size = r.u16()
-    if size > MAX_USER_MSG_BYTES:
-        raise DecodeError(f"user message of {size} bytes exceeds {MAX_USER_MSG_BYTES}")
-    return User(r.take(size))
-
-
-def _push_pull(r: _Reader) -> PushPull:
-    join = r.u8() != 0
-    count = r.u32()
-    if count > MAX_MEMBERS:
-        raise DecodeError(f"push-pull of {count} members exceeds {MAX_MEMBERS}")
-    members = []
-    for _ in range(count):
-        state = r.u8()
-        if state not in _MEMBER_STATES:
-            raise DecodeError(f"unknown member state {state}")
-        inc = r.u32()
-        members.append(PushPullMember(r.name(), r.addr(), r.meta(), inc, MemberState(state)))
-    size = r.u32()
-    if size > MAX_USER_STATE_BYTES:
-        raise DecodeError(f"user state of {size} bytes exceeds {MAX_USER_STATE_BYTES}")
-    return PushPull(join, tuple(members), r.take(size))
-
-
-_DECODERS: dict[int, Callable[[_Reader], Message]] = {
-    MessageType.PING: _ping,
-    MessageType.INDIRECT_PING: _indirect,
-    MessageType.ACK: lambda r: Ack(r.u32()),
-    MessageType.NACK: lambda r: Nack(r.u32()),
-    MessageType.ALIVE: _alive,
-    MessageType.SUSPECT: lambda r: Suspect(r.u32(), r.name(), r.name()),
-    MessageType.DEAD: lambda r: Dead(r.u32(), r.name(), r.name()),
-    MessageType.USER: _user,
-    MessageType.PUSH_PULL: _push_pull,
-}
 
 #: Types that may travel in a packet; PUSH_PULL only travels over streams.
-_PACKET_TYPES = frozenset(_DECODERS) - {MessageType.PUSH_PULL}
+_PACKET_TYPES = frozenset(DECODERS) - {MessageType.PUSH_PULL}
 
 
 #: Gossip reaches each member ~retransmit-limit times, byte for byte the same: decoding is pure, so the
@@ -414,7 +192,7 @@ _GOSSIP_CACHE_SIZE = 4096
 
 @functools.lru_cache(maxsize=_GOSSIP_CACHE_SIZE)
 def _decode_gossip(buf: bytes) -> Message:
-    return _DECODERS[buf[0]](_Reader(buf, 1))
+    return DECODERS[buf[0]](buf[1:])
 
 
 def _decode_one(buf: bytes, allowed: frozenset[int]) -> Message:
@@ -422,10 +200,10 @@ def _decode_one(buf: bytes, allowed: frozenset[int]) -> Message:
         raise DecodeError("empty message")
     if buf[0] in _GOSSIP_TYPES:
         return _decode_gossip(buf)
-    decoder = _DECODERS.get(buf[0]) if buf[0] in allowed else None
+    decoder = DECODERS.get(buf[0]) if buf[0] in allowed else None
     if decoder is None:
         raise DecodeError(f"unexpected message type {buf[0]}")
-    return decoder(_Reader(buf, 1))
+    return decoder(buf[1:])
 
 
 def decode_messages(message: bytes) -> list[Message]:
@@ -471,7 +249,7 @@ def frame_length(header: bytes) -> int:
     version, msg_type, length = _HEADER.unpack(header)
     if version != PROTOCOL_VERSION:
         raise DecodeError(f"unsupported protocol version {version}")
-    if msg_type not in _DECODERS and msg_type not in _SEALED_FRAME_TYPES:
+    if msg_type not in DECODERS and msg_type not in _SEALED_FRAME_TYPES:
         raise DecodeError(f"unexpected frame type {msg_type}")
     if length > MAX_STREAM_FRAME_BYTES:
         raise DecodeError(f"frame of {length} bytes exceeds {MAX_STREAM_FRAME_BYTES}")
@@ -486,7 +264,7 @@ def open_frame(frame: bytes, keyring: Keyring | None) -> Message:
     if len(payload) != length:
         raise DecodeError("frame length does not match its header")
     msg_type = header[1]
-    stream_types = frozenset(_DECODERS)
+    stream_types = frozenset(DECODERS)
     if keyring is not None:
         if msg_type == MessageType.ENCRYPTED:
             return _decode_one(keyring.open(payload, header), stream_types)

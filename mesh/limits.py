@@ -10,10 +10,11 @@ from typing import Final
 
 # -- wire format ------------------------------------------------------------------------------------------
 
-#: First byte of every packet and stream frame. Bump only for an incompatible change; within a version,
-#: message types are append-only and fields may only be appended to a message body (decoders ignore
-#: trailing bytes), so older nodes keep decoding what they know.
-PROTOCOL_VERSION: Final = 1
+#: First byte of every packet and stream frame (WireVersion in proto/mesh.proto). Bump only for an
+#: incompatible change; within a version, message types are append-only and protobuf fields may only be
+#: added (decoders skip unknown fields), so older nodes keep decoding what they know. 1 was the hand-written
+#: bodies of smg-node 0.1; 2 is protobuf bodies: a node of one does not read the other.
+PROTOCOL_VERSION: Final = 2
 
 #: Largest UDP payload we send or accept: a 1,500-byte Ethernet MTU minus IPv6 (40) and UDP (8) headers,
 #: less a margin for tunnels/VXLAN, so probes are never IP-fragmented (memberlist's udpSendBuf).
@@ -58,6 +59,10 @@ COMPOUND_PART_OVERHEAD: Final = 2
 #: a packet, so a larger count can only come from a malformed or hostile packet).
 MAX_COMPOUND_PARTS: Final = 64
 
+#: Bytes before a user message's payload in a packet: its type byte, the protobuf field tag (1) and the
+#: payload's varint length (2 up to 16,383 bytes, above MAX_USER_MSG_BYTES).
+USER_MSG_HEADER_BYTES: Final = 4
+
 # -- identity and metadata --------------------------------------------------------------------------------
 
 #: Node names: DNS-label-ish identifiers; bounded so that an alive message always fits a packet.
@@ -70,11 +75,20 @@ MAX_ADDR_BYTES: Final = 128
 #: metadata + 10 B of header) under half a packet, so it can always ride on a probe or an ack.
 MAX_META_BYTES: Final = 512
 
+#: Each metadata string (HTTP address, version, role key and value): the u8 length of the first wire format,
+#: kept as the bound so that MAX_META_BYTES's accounting is unchanged.
+MAX_META_STRING_BYTES: Final = 255
+
 #: Roles per member: a small label set, not a database.
 MAX_ROLES: Final = 16
 
 #: Largest user (delegate) broadcast that can ride in a packet next to a ping and its headers.
 MAX_USER_MSG_BYTES: Final = 1024
+
+#: One member of a push-pull, encoded: name and address (128 B each), metadata (MAX_META_BYTES plus at most
+#: ~120 B of protobuf tags and lengths for 16 roles), incarnation, state and tags: under 920 B. Checked before
+#: protobuf parses a push-pull, so members cannot carry unbounded unknown fields.
+MAX_PUSH_PULL_MEMBER_BYTES: Final = 1024
 
 # -- tables and queues ------------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from mesh.limits import MAX_ADDR_BYTES, MAX_META_BYTES, MAX_NAME_BYTES, MAX_ROLES
+from mesh.limits import MAX_ADDR_BYTES, MAX_META_BYTES, MAX_META_STRING_BYTES, MAX_NAME_BYTES, MAX_ROLES
 
 
 class MemberState(IntEnum):
@@ -86,10 +86,14 @@ class NodeMeta:
             raise ValueError(f"roles: {len(self.roles)} entries exceeds the limit of {MAX_ROLES}")
         if len({key for key, _ in self.roles}) != len(self.roles):
             raise ValueError("roles: duplicate key")
-        # Mirrors the codec: each string is a u8 length + UTF-8 bytes, plus one byte of role count.
-        size = 1 + sum(1 + _str_bytes(s, "metadata string", 255) for s in (self.http_addr, self.version))
+        # Counted as wire version 1 encoded it (a length byte per string, one for the role count); protobuf
+        # adds at most ~120 B of tags and lengths to this (MAX_PUSH_PULL_MEMBER_BYTES accounts for them).
+        size = 1 + sum(
+            1 + _str_bytes(s, "metadata string", MAX_META_STRING_BYTES) for s in (self.http_addr, self.version)
+        )
         for key, value in self.roles:
-            size += 2 + _str_bytes(key, "role key", 255) + _str_bytes(value, "role value", 255)
+            size += 2 + _str_bytes(key, "role key", MAX_META_STRING_BYTES)
+            size += _str_bytes(value, "role value", MAX_META_STRING_BYTES)
         if size > MAX_META_BYTES:
             raise ValueError(f"metadata: {size} encoded bytes exceeds the limit of {MAX_META_BYTES}")
 

@@ -99,7 +99,7 @@ class Membership:
         #: Reaped departed members (name -> address, time of death or leave, DEAD or LEFT), for reconnects.
         self.failed: dict[str, tuple[str, float, MemberState]] = {}
         self.leaving = False
-        self.leave_broadcast_done = False
+        self._leave_gossiped = False
         self._refusals = RefusalLog(log)
 
     # -- views --
@@ -363,10 +363,20 @@ class Membership:
         """Announce a graceful departure; ``leave_broadcast_done`` turns true once it was gossiped."""
         self.leaving = True
         local = self.local
-        others = any(n is not local and not n.state.is_gone for n in self.nodes.values())
         self.dead(now, Dead(local.incarnation, local.name, local.name))
-        if not others:
-            self.leave_broadcast_done = True
+
+    @property
+    def leave_broadcast_done(self) -> bool:
+        """Our leave was sent its retransmit limit, or nobody is left to tell it: every other member is dead
+        or left. Gossip never targets a member that left, so when all members leave at once (the processes
+        of ``serve --processes N``) the last transmissions have nowhere to go and waiting for them would
+        only run out ``leave_timeout_s``. O(members), polled only while leaving."""
+        if self._leave_gossiped:
+            return True
+        if not self.leaving:
+            return False
+        local = self.local
+        return not any(n is not local and not n.state.is_gone for n in self.nodes.values())
 
     def update_local_meta(self, now: float, meta: NodeMeta) -> None:
         """Publish new metadata for ourselves under the next incarnation."""
@@ -387,7 +397,7 @@ class Membership:
             current[1].cancel()
 
     def _leave_sent(self) -> None:
-        self.leave_broadcast_done = True
+        self._leave_gossiped = True
 
     def _reset(self, now: float) -> None:
         """Reap members gone for longer than gossip_to_the_dead_time_s, then reshuffle the probe order."""

@@ -1,7 +1,8 @@
 """The SWIM messages as frozen values, and their append-only type numbers.
 
 A packet (UDP) carries one message or a COMPOUND of several; a stream (TCP) frame carries one message.
-Encoding lives in :mod:`mesh.codec`; these classes know nothing of bytes.
+Bodies are protobuf (proto/mesh.proto, :mod:`mesh.bodies`), framing is :mod:`mesh.codec`; these classes know
+nothing of bytes.
 """
 
 from __future__ import annotations

@@ -20,12 +20,10 @@ from mesh.limits import (
     MAX_COMPOUND_PARTS,
     MAX_PACKET_BYTES,
     MAX_USER_MSG_BYTES,
+    USER_MSG_HEADER_BYTES,
 )
 from mesh.messages import User
 from mesh.metrics import Counters
-
-#: A USER message's own header inside a compound part: type byte + u16 length.
-_USER_HEADER = 3
 
 
 class Outbox:
@@ -66,7 +64,7 @@ class Outbox:
         extra = self._broadcasts.get(COMPOUND_PART_OVERHEAD, budget, self._cluster_size(), room)
         if self._delegate is not None and room > len(extra):
             budget -= sum(len(p) + COMPOUND_PART_OVERHEAD for p in extra)
-            per_msg = COMPOUND_PART_OVERHEAD + _USER_HEADER
+            per_msg = COMPOUND_PART_OVERHEAD + USER_MSG_HEADER_BYTES
             for payload in self._delegate.get_broadcasts(per_msg, budget):
                 if len(extra) >= room or len(payload) > MAX_USER_MSG_BYTES:
                     continue  # a delegate bug: never let it break the packet bounds

@@ -14,9 +14,10 @@ from typing import Any, Final, Self
 
 from mesh.limits import MAX_USER_MSG_BYTES
 
-#: First byte of every state message (delta broadcast or push-pull state). Bump only for an incompatible
-#: change; within a version, message kinds are append-only and fields may only be appended.
-STATE_WIRE_VERSION: Final = 1
+#: First byte of every state message (delta broadcast or push-pull state; StateWireVersion in
+#: proto/mesh_state.proto). Bump only for an incompatible change; within a version, message kinds are
+#: append-only and protobuf fields may only be added. 1 was hand-written bodies; 2 is protobuf.
+STATE_WIRE_VERSION: Final = 2
 
 #: Table names: short identifiers that end up in every delta header.
 MAX_TABLE_NAME_BYTES: Final = 64

@@ -1,34 +1,37 @@
 """Wire format of the replicated state: delta broadcasts, push-pull states and Yrs state vectors (pure).
 
-Integers big-endian unless noted; ``str8`` = u8 length + UTF-8; ``bytes32`` = u32 length + bytes.
-
 ```
-delta  (gossip, <= max_delta_bytes):  version:u8  DELTA:u8  doc:str8  gen:u32  gen_node:str8
-                                      client:u64  start:u32  end:u32  update:rest
-state  (push-pull):                   version:u8  STATE:u8  node:str8  count:u16
-                                      (doc:str8 gen:u32 gen_node:str8 gen_wall_ms:u64 full:u8
-                                       sv:bytes32 base:bytes32 update:bytes32) * count
+delta  (gossip, <= max_delta_bytes):  version:u8  DELTA:u8  Delta       (proto/mesh_state.proto)
+state  (push-pull):                   version:u8  STATE:u8  PeerState
 ```
 
 A delta is one writer's Yrs transaction update: ``client`` wrote clocks ``[start, end)`` (``start == end``:
-deletions only). A state section is the document either in full (``full = 1``, ``base`` empty) or as the
+deletions only). A state section is the document either in full (``full``, ``base`` empty) or as the
 diff against ``base``, a state vector every live peer is known to have reached. ``sv`` is the sender's
-state vector (peers learn from it what the sender has). Kinds are append-only. Decoders raise
-:class:`StateDecodeError` and nothing else on bad input.
+state vector (peers learn from it what the sender has). The two header bytes stay hand-written (read
+before anything is parsed); the bodies are protobuf (generated into :mod:`mesh.wire_pb`). Kinds and field
+numbers are append-only. Decoders require every field, bound a state's documents before parsing
+(:func:`mesh.pbscan.check_fields`), and raise :class:`StateDecodeError` and nothing else on bad input.
 
 State vectors use Yrs' own v1 encoding: varuint count, then (client, clock) varuint pairs.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final
+from typing import Final, TypeVar
+
+# protobuf ships no type stubs: values read from parsed messages are typed by mesh_state_pb2.pyi.
+from google.protobuf.message import DecodeError as ProtobufDecodeError  # type: ignore[import-untyped]
+from google.protobuf.message import Message as ProtobufMessage
 
 from mesh.errors import DecodeError
+from mesh.limits import MAX_USER_STATE_BYTES
+from mesh.pbscan import check_fields
 from mesh.state.config import STATE_WIRE_VERSION
+from mesh.wire_pb import mesh_state_pb2 as pb
 
 #: Most (client, clock) pairs accepted in one state vector: live writers plus the residue of restarted
 #: ones between compactions; far above any real document.
@@ -94,80 +97,64 @@ class PeerState:
 # -- encoding --
 
 
-def _str8(out: bytearray, value: str) -> None:
-    raw = value.encode()
-    if len(raw) > 255:
-        raise ValueError(f"string of {len(raw)} bytes exceeds 255: {value[:40]!r}")
-    out.append(len(raw))
-    out += raw
-
-
-def _bytes32(out: bytearray, value: bytes) -> None:
-    out += struct.pack(">I", len(value))
-    out += value
-
-
 def encode_delta(delta: Delta) -> bytes:
-    out = bytearray((STATE_WIRE_VERSION, StateKind.DELTA))
-    _str8(out, delta.doc)
-    out += struct.pack(">I", delta.gen.number)
-    _str8(out, delta.gen.node)
-    out += struct.pack(">QII", delta.client, delta.start, delta.end)
-    out += delta.update
-    return bytes(out)
+    """Raises ValueError for an integer out of its field's range (our own values never are)."""
+    body = pb.Delta(
+        doc=delta.doc,
+        gen_number=delta.gen.number,
+        gen_node=delta.gen.node,
+        client=delta.client,
+        start=delta.start,
+        end=delta.end,
+        update=delta.update,
+    )
+    encoded: bytes = body.SerializeToString()
+    return bytes((STATE_WIRE_VERSION, StateKind.DELTA)) + encoded
 
 
 def encode_state(state: PeerState) -> bytes:
-    out = bytearray((STATE_WIRE_VERSION, StateKind.STATE))
-    _str8(out, state.node)
-    out += struct.pack(">H", len(state.docs))
-    for doc in state.docs:
-        _str8(out, doc.doc)
-        out += struct.pack(">I", doc.gen.number)
-        _str8(out, doc.gen.node)
-        out += struct.pack(">QB", doc.gen.wall_ms, 1 if doc.full else 0)
-        _bytes32(out, doc.sv)
-        _bytes32(out, doc.base)
-        _bytes32(out, doc.update)
-    return bytes(out)
+    """Raises ValueError for an integer out of its field's range (our own values never are)."""
+    body = pb.PeerState(
+        node=state.node,
+        docs=[
+            pb.DocState(
+                doc=d.doc,
+                gen=pb.Generation(number=d.gen.number, node=d.gen.node, wall_ms=d.gen.wall_ms),
+                full=d.full,
+                sv=d.sv,
+                base=d.base,
+                update=d.update,
+            )
+            for d in state.docs
+        ],
+    )
+    encoded: bytes = body.SerializeToString()
+    return bytes((STATE_WIRE_VERSION, StateKind.STATE)) + encoded
 
 
 # -- decoding --
 
+_M = TypeVar("_M", bound=ProtobufMessage)
 
-class _Reader:
-    __slots__ = ("_data", "_pos")
+#: What a push-pull state may hold, checked before it is parsed (field numbers of PeerState); its size is
+#: already bounded by the mesh (MAX_USER_STATE_BYTES).
+_PEER_STATE_BOUNDS: Final = {2: (MAX_STATE_DOCS, MAX_USER_STATE_BYTES)}
 
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._pos = 0
 
-    def take(self, n: int) -> bytes:
-        end = self._pos + n
-        if end > len(self._data):
-            raise StateDecodeError("truncated state message")
-        chunk = self._data[self._pos : end]
-        self._pos = end
-        return chunk
+def _parse(cls: type[_M], data: bytes, fields: tuple[str, ...]) -> _M:
+    msg: _M = cls()
+    try:
+        msg.ParseFromString(data)
+    except ProtobufDecodeError as exc:
+        raise StateDecodeError(f"malformed {cls.__name__}: {exc}") from exc
+    _require(msg, fields)
+    return msg
 
-    def unpack(self, fmt: str) -> tuple[int, ...]:
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))
 
-    def str8(self) -> str:
-        (n,) = self.unpack(">B")
-        try:
-            return self.take(n).decode()
-        except UnicodeDecodeError as exc:
-            raise StateDecodeError("invalid UTF-8 in a name") from exc
-
-    def bytes32(self) -> bytes:
-        (n,) = self.unpack(">I")
-        return self.take(n)
-
-    def rest(self) -> bytes:
-        chunk = self._data[self._pos :]
-        self._pos = len(self._data)
-        return chunk
+def _require(msg: ProtobufMessage, fields: tuple[str, ...]) -> None:
+    for name in fields:
+        if not msg.HasField(name):
+            raise StateDecodeError(f"{type(msg).__name__} without {name}")
 
 
 def decode_kind(data: bytes) -> StateKind:
@@ -186,39 +173,32 @@ def decode_delta(data: bytes) -> Delta:
     """Raises StateDecodeError."""
     if decode_kind(data) != StateKind.DELTA:
         raise StateDecodeError("not a delta")
-    r = _Reader(data)
-    r.take(2)
-    doc = r.str8()
-    (number,) = r.unpack(">I")
-    node = r.str8()
-    client, start, end = r.unpack(">QII")
-    if end < start:
+    m = _parse(pb.Delta, data[2:], ("doc", "gen_number", "gen_node", "client", "start", "end", "update"))
+    if m.end < m.start:
         raise StateDecodeError("delta clock range ends before it starts")
-    update = r.rest()
-    if not update:
+    if not m.update:
         raise StateDecodeError("empty delta")
-    return Delta(doc, Generation(number, node), client, start, end, update)
+    return Delta(m.doc, Generation(m.gen_number, m.gen_node), m.client, m.start, m.end, m.update)
 
 
 def decode_state(data: bytes) -> PeerState:
     """Raises StateDecodeError."""
     if decode_kind(data) != StateKind.STATE:
         raise StateDecodeError("not a state")
-    r = _Reader(data)
-    r.take(2)
-    node = r.str8()
-    (count,) = r.unpack(">H")
-    if count > MAX_STATE_DOCS:
-        raise StateDecodeError(f"{count} documents in a state exceeds {MAX_STATE_DOCS}")
+    body = data[2:]
+    try:
+        check_fields(body, _PEER_STATE_BOUNDS, "state")
+    except DecodeError as exc:
+        raise StateDecodeError(str(exc)) from exc
+    m = _parse(pb.PeerState, body, ("node",))
     docs = []
-    for _ in range(count):
-        doc = r.str8()
-        (number,) = r.unpack(">I")
-        gen_node = r.str8()
-        wall_ms, full = r.unpack(">QB")
-        sv, base, update = r.bytes32(), r.bytes32(), r.bytes32()
-        docs.append(DocState(doc, Generation(number, gen_node, wall_ms), full == 1, sv, base, update))
-    return PeerState(node, tuple(docs))
+    for d in m.docs:
+        _require(d, ("doc", "gen", "full", "sv", "base", "update"))
+        _require(d.gen, ("number", "node", "wall_ms"))
+        docs.append(
+            DocState(d.doc, Generation(d.gen.number, d.gen.node, d.gen.wall_ms), d.full, d.sv, d.base, d.update)
+        )
+    return PeerState(m.node, tuple(docs))
 
 
 # -- Yrs state vectors --

@@ -20,7 +20,15 @@ from mesh.codec import (
 )
 from mesh.errors import DecodeError, DecryptError, RemoteProtocolError
 from mesh.keyring import Keyring
-from mesh.limits import MAX_META_BYTES, MAX_PACKET_BYTES, MAX_ROLES, MAX_STREAM_FRAME_BYTES, PROTOCOL_VERSION
+from mesh.limits import (
+    MAX_MEMBERS,
+    MAX_META_BYTES,
+    MAX_PACKET_BYTES,
+    MAX_PUSH_PULL_MEMBER_BYTES,
+    MAX_ROLES,
+    MAX_STREAM_FRAME_BYTES,
+    PROTOCOL_VERSION,
+)
 from mesh.member import MemberState, NodeMeta
 from mesh.messages import (
     Ack,
@@ -36,6 +44,7 @@ from mesh.messages import (
     Suspect,
     User,
 )
+from mesh.wire_pb import mesh_pb2 as pb
 
 # Names and labels are printable text (mesh/member.py): the wire refuses control characters.
 printable = st.characters(codec="utf-8").filter(str.isprintable)
@@ -124,9 +133,20 @@ def test_flipped_bytes_never_crash_the_decoder(msgs: list[Message], data: st.Dat
         pass
 
 
-def test_trailing_bytes_are_ignored_so_fields_can_be_appended() -> None:
-    encoded = encode_message(Ack(7)) + b"future-field"
+def test_unknown_fields_are_skipped_so_fields_can_be_added() -> None:
+    # A newer node's Ack with a field 9 (varint 5) and a field 10 (bytes): this version reads the Ack.
+    encoded = encode_message(Ack(7)) + b"\x48\x05" + b"\x52\x03new"
     assert decode_messages(encoded) == [Ack(7)]
+    # Bytes that are not protobuf fields are malformed, not ignored.
+    with pytest.raises(DecodeError):
+        decode_messages(encode_message(Ack(7)) + b"\xff")
+
+
+def test_a_body_without_a_field_is_refused_not_read_as_zero() -> None:
+    with pytest.raises(DecodeError, match="without seq"):
+        decode_messages(bytes([MessageType.ACK]))
+    with pytest.raises(DecodeError, match="without sender"):
+        decode_messages(bytes([MessageType.DEAD]) + pb.Dead(incarnation=1, node="a").SerializeToString())
 
 
 def test_wrong_version_and_oversized_packets_are_rejected() -> None:
@@ -174,13 +194,19 @@ def test_member_fields_are_validated_on_decode() -> None:
     bad_addr = encode_message(Alive(1, "a", "10.0.0.1:7946", NodeMeta())).replace(b"10.0.0.1:7946", b"10.0.0.1:79x6")
     with pytest.raises(DecodeError, match="address"):
         decode_messages(bad_addr)
-    empty_name = bytes([MessageType.SUSPECT]) + struct.pack(">I", 1) + b"\x00" + b"\x01x"
+    empty_name = bytes([MessageType.SUSPECT]) + pb.Suspect(incarnation=1, node="", sender="x").SerializeToString()
     with pytest.raises(DecodeError, match="empty member name"):
         decode_messages(empty_name)
-    bad_utf8 = bytes([MessageType.DEAD]) + struct.pack(">I", 1) + b"\x02\xff\xfe" + b"\x01x"
-    with pytest.raises(DecodeError, match="UTF-8"):
+    # A Dead whose node (field 2) is the bytes ff fe: protobuf refuses a string that is not UTF-8.
+    bad_utf8 = bytes([MessageType.DEAD]) + b"\x08\x01" + b"\x12\x02\xff\xfe" + b"\x1a\x01x"
+    with pytest.raises(DecodeError, match="malformed"):
         decode_messages(bad_utf8)
-    bad_state = bytes([MessageType.PUSH_PULL, 0]) + struct.pack(">I", 1) + bytes([9]) + struct.pack(">I", 1) + b"\x01a"
+    member = pb.PushPullMember(
+        name="a", addr="10.0.0.1:1", meta=pb.NodeMeta(http_addr="", version=""), incarnation=1, state=9
+    )
+    bad_state = (
+        bytes([MessageType.PUSH_PULL]) + pb.PushPull(join=False, members=[member], user_state=b"").SerializeToString()
+    )
     with pytest.raises(DecodeError, match="state"):
         open_frame(seal_frame(bad_state, None), None)
 
@@ -193,11 +219,18 @@ def test_metadata_is_bounded_at_construction_and_on_the_wire() -> None:
     fits = NodeMeta.create(http_addr="h" * 200, version="v" * 200, roles={"a": "b" * 100})
     assert len(encode_message(Alive(1, "n", "10.0.0.1:1", fits))) < MAX_META_BYTES + 150
     # A hand-built alive whose metadata exceeds MAX_META_BYTES is refused by the decoder.
-    big = bytearray(encode_message(Alive(1, "n", "10.0.0.1:1", NodeMeta())))
-    big = big[:-3]  # strip http, version, role count (each empty)
-    big += b"\xff" + b"h" * 255 + b"\xff" + b"v" * 255 + b"\x01" + b"\x01k" + b"\x10" + b"v" * 16
+    meta = pb.NodeMeta(http_addr="h" * 255, version="v" * 255, roles=[pb.Role(key="k", value="v" * 16)])
+    big = (
+        bytes([MessageType.ALIVE]) + pb.Alive(incarnation=1, node="n", addr="10.0.0.1:1", meta=meta).SerializeToString()
+    )
     with pytest.raises(DecodeError, match="metadata"):
-        decode_messages(bytes(big))
+        decode_messages(big)
+    over = pb.NodeMeta(http_addr="h" * 256, version="")
+    long = (
+        bytes([MessageType.ALIVE]) + pb.Alive(incarnation=1, node="n", addr="10.0.0.1:1", meta=over).SerializeToString()
+    )
+    with pytest.raises(DecodeError, match="exceeds 255"):
+        decode_messages(long)
 
 
 def test_encrypted_packets_authenticate_the_version_byte() -> None:
@@ -243,3 +276,25 @@ def test_message_types_are_append_only() -> None:
         "ENCRYPTED_CHUNKS": 12,
     }
     assert {s.name: s.value for s in MemberState} == {"ALIVE": 0, "SUSPECT": 1, "DEAD": 2, "LEFT": 3}
+
+
+def test_a_push_pull_is_bounded_before_protobuf_parses_it() -> None:
+    # 10,001 empty members are 20 KB: protobuf would make 10,001 objects before anything counted them.
+    many = bytes([MessageType.PUSH_PULL]) + b"\x08\x00" + b"\x12\x00" * (MAX_MEMBERS + 1) + b"\x1a\x00"
+    with pytest.raises(DecodeError, match=f"more than {MAX_MEMBERS}"):
+        open_frame(seal_frame(many, None), None)
+    # One member padded with an unknown field (15) past MAX_PUSH_PULL_MEMBER_BYTES; protobuf keeps it.
+    member = pb.PushPullMember()
+    valid = pb.PushPullMember(
+        name="a", addr="10.0.0.1:1", meta=pb.NodeMeta(http_addr="", version=""), incarnation=1, state=0
+    )
+    member.ParseFromString(valid.SerializeToString() + b"\x7a\x80\x08" + bytes(1024))
+    assert member.ByteSize() > MAX_PUSH_PULL_MEMBER_BYTES
+    big = bytes([MessageType.PUSH_PULL]) + pb.PushPull(join=False, members=[member], user_state=b"").SerializeToString()
+    with pytest.raises(DecodeError, match="exceeds"):
+        open_frame(seal_frame(big, None), None)
+    # The same member without the padding decodes.
+    ok = bytes([MessageType.PUSH_PULL]) + pb.PushPull(join=False, members=[valid], user_state=b"").SerializeToString()
+    assert open_frame(seal_frame(ok, None), None) == PushPull(
+        False, (PushPullMember("a", "10.0.0.1:1", NodeMeta(), 1, MemberState.ALIVE),), b""
+    )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +21,7 @@ from mesh.member import Member, MemberState, NodeMeta, check_member_addr
 from mesh.messages import Alive, Dead, Message, MessageType, PushPull, PushPullMember, Suspect
 from mesh.sim import SimNetwork, SimNode
 from mesh.swim import Swim
+from mesh.wire_pb import mesh_pb2 as pb
 
 LAN = MeshConfig.lan()
 ALIVE, SUSPECT, DEAD = MemberState.ALIVE, MemberState.SUSPECT, MemberState.DEAD
@@ -122,11 +122,10 @@ def test_a_restarted_member_still_refutes_its_previous_life() -> None:
      "::1:7946", "[10.0.0.1]:7946", "[::]:7946", "10.0.0.1 :7946", "1e1.0.0.1:7946"],
 )  # fmt: skip
 def test_an_alive_at_an_address_we_cannot_probe_is_refused(addr: str) -> None:
-    raw = bytearray(encode_message(Alive(1, "junk", "10.0.0.1:7946", NodeMeta())))
-    raw[6 + len("junk")] = len(addr.encode())  # type, inc, name, then the address's length byte
-    raw[7 + len("junk") : 7 + len("junk") + len("10.0.0.1:7946")] = addr.encode()
+    raw = encode_message(Alive(1, "junk", "10.0.0.1:7946", NodeMeta())).replace(b"10.0.0.1:7946", addr.encode())
+    raw = raw.replace(b"\x1a" + bytes([len("10.0.0.1:7946")]), b"\x1a" + bytes([len(addr.encode())]))  # its length
     with pytest.raises(DecodeError, match="address"):
-        decode_messages(bytes(raw))
+        decode_messages(raw)
 
 
 def test_ip_literals_are_member_addresses() -> None:
@@ -137,9 +136,8 @@ def test_ip_literals_are_member_addresses() -> None:
 
 @pytest.mark.parametrize("name", ["a\nb", "bell\x07", "tab\there", "\x00", "line\u2028sep", "nbsp\u00a0"])
 def test_unprintable_names_and_labels_are_refused(name: str) -> None:
-    size = len(name.encode())
-    alive = bytes([MessageType.ALIVE]) + struct.pack(">I", 1) + bytes([size]) + name.encode()
-    alive += b"\x0c10.0.0.1:794" + b"\x00\x00\x00"
+    body = pb.Alive(incarnation=1, node=name, addr="10.0.0.1:794", meta=pb.NodeMeta(http_addr="", version=""))
+    alive = bytes([MessageType.ALIVE]) + body.SerializeToString()
     with pytest.raises(DecodeError, match="unprintable"):
         decode_messages(alive)
     with pytest.raises(ValueError, match="unprintable"):

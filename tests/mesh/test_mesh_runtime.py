@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 
 from mesh import JoinError, Keyring, Member, MemberState, Mesh, MeshConfig, NodeMeta
+from mesh.limits import PROTOCOL_VERSION
 
 CONFIG = MeshConfig.local(
     bind_addr="127.0.0.1",
@@ -201,10 +202,11 @@ async def test_garbage_datagrams_are_counted_not_fatal() -> None:
         await b.join([a.addr])
         host, port = a.addr.rsplit(":", 1)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            for junk in (b"", b"\x01", b"\xff" * 50, b"\x01\x09\xff"):
+            v = bytes([PROTOCOL_VERSION])
+            for junk in (b"", v, b"\xff" * 50, v + b"\x09\xff"):
                 sock.sendto(junk, (host, int(port)))
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"\x01\x08\xff\xff\xff\xff")  # a frame header announcing 4 GiB
+        writer.write(bytes([PROTOCOL_VERSION]) + b"\x08\xff\xff\xff\xff")  # a frame header announcing 4 GiB
         await writer.drain()
         assert await reader.read() == b""
         writer.close()
@@ -267,3 +269,18 @@ async def test_members_that_left_are_not_tried_when_disabled() -> None:
         again = await stack.enter_async_context(Mesh(config.with_(node_name="seed", bind_port=port)))
         await asyncio.sleep(1.5)
         assert len(again.members()) == 1 and states(a)["seed"] == MemberState.LEFT
+
+
+async def test_members_leaving_at_once_return_as_soon_as_nobody_is_left_to_tell() -> None:
+    # serve --processes N when its supervisor is killed: every sibling leaves at once. Measured with 4
+    # members: every leave() took the full leave_timeout_s (5 s) before, 0.14 s after.
+    async with meshes(4, CONFIG.with_(leave_timeout_s=5.0)) as ms:
+        for m in ms[1:]:
+            await m.join([ms[0].addr])
+        await eventually(
+            lambda: all(set(states(m).values()) == {MemberState.ALIVE} and len(states(m)) == 4 for m in ms)
+        )
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.gather(*(m.leave() for m in ms))
+        assert loop.time() - start < 2.5

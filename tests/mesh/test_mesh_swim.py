@@ -8,7 +8,7 @@ import random
 from mesh.actions import Action, SendPacket, StreamRequest
 from mesh.codec import encode_message, open_packet, seal_packet
 from mesh.config import MeshConfig
-from mesh.limits import MAX_PACKET_BYTES, MAX_PENDING_ACKS
+from mesh.limits import MAX_PACKET_BYTES, MAX_PENDING_ACKS, PROTOCOL_VERSION
 from mesh.member import MemberState, NodeMeta
 from mesh.messages import Ack, Alive, Dead, IndirectPing, Ping, Suspect
 from mesh.sim import SimNetwork, SimNode
@@ -308,9 +308,10 @@ def _frame(msg: Ping) -> bytes:
 
 def test_malformed_input_is_dropped_and_counted() -> None:
     swim = Swim(LAN.with_(node_name="me"), addr="10.0.0.1:7946", now=0.0, rng=random.Random(1))
-    for junk in (b"", b"\x01", b"\x07\x01", b"\x01\x06\x00", bytes(2000), b"\x01\x0b" + bytes(40)):
+    v = bytes([PROTOCOL_VERSION])
+    for junk in (b"", v, b"\x07\x01", v + b"\x06\x00", bytes(2000), v + b"\x0b" + bytes(40)):
         swim.handle_packet(1.0, junk, "10.0.0.2:7946")
-    assert swim.handle_stream(1.0, b"\x01\x08\x00\x00\x00\x05abc", "x:1") is None
+    assert swim.handle_stream(1.0, v + b"\x08\x00\x00\x00\x05abc", "x:1") is None
     m = swim.metrics()
     assert m.malformed_packets == 6 and m.decrypt_failures == 1
     assert [x.name for x in swim.members()] == ["me"]
@@ -393,3 +394,23 @@ def test_a_late_leave_turns_a_failure_verdict_into_left() -> None:
     # A failure certificate never downgrades it again.
     net.inject(b, packet(Dead(inc, leaver.name, a.name)), a.addr)
     assert b.swim.member(leaver.name).state == LEFT  # type: ignore[union-attr]
+
+
+def test_members_leaving_together_finish_as_soon_as_nobody_is_left_to_tell() -> None:
+    # serve --processes N after its supervisor is killed: every process leaves at once. Gossip never targets
+    # a member that left, so the last transmissions of each leave had nowhere to go and every leave ran
+    # out leave_timeout_s (5 s) before; now a leave is complete once every other member is gone.
+    net, nodes = cluster(4)
+    for node in nodes:
+        net.leave(node)
+    start = net.now
+    assert net.run_until_true(lambda: all(n.swim.leave_complete for n in nodes), timeout_s=LAN.leave_timeout_s)
+    assert net.now - start < 1.0  # measured 0.75 s (a few gossip rounds); before: never, the timeout cut it
+
+
+def test_a_leave_still_waits_for_its_gossip_while_a_member_is_alive() -> None:
+    net, nodes = cluster(3)
+    net.leave(nodes[0])
+    assert not nodes[0].swim.leave_complete  # nodes 1 and 2 are alive: they must hear it first
+    assert net.run_until_true(lambda: nodes[0].swim.leave_complete, timeout_s=5)
+    assert net.all_see(nodes[0].name, {LEFT}, nodes[1:])

@@ -10,6 +10,7 @@ from mesh.state import ClusterState
 from mesh.state.config import STATE_WIRE_VERSION, StateConfig
 from mesh.state.gossip import DeltaQueue
 from mesh.state.wire import (
+    MAX_STATE_DOCS,
     Delta,
     DocState,
     Generation,
@@ -24,6 +25,7 @@ from mesh.state.wire import (
     encode_sv,
     sv_min,
 )
+from mesh.wire_pb import mesh_state_pb2 as pb
 
 names = st.text(min_size=0, max_size=20)
 generations = st.builds(Generation, st.integers(0, 2**32 - 1), names, st.integers(0, 2**63))
@@ -31,8 +33,22 @@ blobs = st.binary(max_size=64)
 
 
 def test_kinds_and_version_are_pinned() -> None:
-    assert STATE_WIRE_VERSION == 1
+    assert STATE_WIRE_VERSION == 2 == pb.StateWireVersion.Value("STATE_WIRE_VERSION_PROTOBUF")
     assert {k.name: k.value for k in StateKind} == {"DELTA": 1, "STATE": 2}
+    assert {f"STATE_KIND_{k.name}": k.value for k in StateKind} == {n: v for n, v in pb.StateKind.items() if v}
+
+
+def test_a_state_is_bounded_before_protobuf_parses_it() -> None:
+    header = bytes([STATE_WIRE_VERSION, StateKind.STATE])
+    many = header + b"\x0a\x01a" + b"\x12\x00" * (MAX_STATE_DOCS + 1)  # empty documents, 2 bytes each
+    with pytest.raises(StateDecodeError, match=f"more than {MAX_STATE_DOCS}"):
+        decode_state(many)
+    with pytest.raises(StateDecodeError, match="without"):
+        decode_state(header + b"\x0a\x01a" + b"\x12\x00")  # one document with no fields
+    # A delta cut at a field boundary lacks its update: refused, not read as empty.
+    full = encode_delta(Delta("d", Generation(1, "n"), 7, 0, 1, b"u"))
+    with pytest.raises(StateDecodeError, match="without update"):
+        decode_delta(full[: full.index(b"u", 4) - 2])
 
 
 @settings(max_examples=200)
@@ -102,7 +118,7 @@ def test_mutated_messages_are_dropped_and_counted_never_raised(data: st.DataObje
 def test_malformed_input_is_counted() -> None:
     state = ClusterState("b")
     state.notify_msg(b"\x09\x01")
-    state.merge_remote_state(b"\x01\x01garbage", False)
+    state.merge_remote_state(bytes([STATE_WIRE_VERSION, StateKind.DELTA]) + b"garbage", False)
     assert state.metrics().malformed == 2
 
 
