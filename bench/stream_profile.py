@@ -40,7 +40,7 @@ BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("grpc.aio read (await machinery, parse)", ("_read (grpc/aio", "receive_serialized_message")),
     ("protobuf -> WorkerOutput", ("_output (node/workers/vllm_grpc",)),
     ("detokenize", ("detokenize.py",)),
-    ("generate (_consume/_step/_run_on)", ("node/pipeline/generate.py",)),
+    ("pipeline dispatch + output", ("node/pipeline/dispatch.py", "node/pipeline/output.py")),
     ("SSE framing", ("node/http/sse.py",)),
     ("chat/completions handler", ("node/http/openai_chat.py", "node/http/openai_completions.py")),
     ("chat template", ("node/pipeline/template", "jinja2/")),

@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.token_path_bench
 
 Per token: parse one GenerateResponse (one id, as the sim worker and vLLM stream), convert it to a
-WorkerOutput (node.workers.vllm_grpc._output), Generation._consume (terminators, detokenization, delta),
+WorkerOutput (node.workers.vllm_grpc._output), the pipeline's Output stage (OutputProcessor.feed:
+terminators, detokenization, events),
 and build the SSE chunk (ChunkFrames.chat_content). Llama-3 tokenizer, 200-token answers of English text;
 median of 7 rounds of 50 answers. The gRPC receive and the socket write are not included (see
 bench/grpc_recv_bench.py and bench/stream_profile.py).
@@ -20,9 +21,10 @@ from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 
 from bench import launch
 from node.http.sse import ChunkFrames
-from node.pipeline.generate import GenerateSpec, Generation
+from node.pipeline.events import ContentDelta
+from node.pipeline.output import OutputProcessor
+from node.pipeline.spec import GenerateSpec
 from node.pipeline.tokenizer import Tokenizer
-from node.workers.pool import WorkerPool
 from node.workers.types import SamplingParams
 from node.workers.vllm_grpc import _output
 
@@ -57,14 +59,13 @@ def main() -> int:
         params=SamplingParams(max_tokens=len(ids), ignore_eos=True),
         terminators=frozenset({128001, 128009}),
     )
-    pool: WorkerPool = None  # type: ignore[assignment]  # _consume never routes
 
     def answer() -> None:
-        generation = Generation(spec, pool=pool, tokenizer=tokenizer)
+        output = OutputProcessor(spec, tokenizer)
         for data in messages:
-            for delta in generation._consume(_output(pb.GenerateResponse.FromString(data))):
-                if delta.finish_reason is None:
-                    frames.chat_content(delta.index, delta.text)
+            for event in output.feed((_output(pb.GenerateResponse.FromString(data)),)):
+                if type(event) is ContentDelta:
+                    frames.chat_content(event.index, event.text)
 
     for _ in range(20):
         answer()
@@ -74,7 +75,7 @@ def main() -> int:
         for _ in range(50):
             answer()
         rounds.append(1e6 * (time.process_time() - start) / (50 * len(messages)))
-    print(f"{statistics.median(rounds):.2f} µs per token (parse + WorkerOutput + _consume + SSE chunk)")
+    print(f"{statistics.median(rounds):.2f} µs per token (parse + WorkerOutput + Output stage + SSE chunk)")
     return 0
 
 

@@ -17,7 +17,6 @@ import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from aiohttp import web
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
@@ -30,6 +29,7 @@ from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.mesh_routes import add_mesh_routes
+from node.http.middleware import request_identity
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
 from node.http.status import add_status_routes
@@ -206,7 +206,11 @@ async def run_node(
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
         lag_monitor.export(metrics.registry)
+        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        metrics.watch_connections(gate)
         app = build_app(
+            # Outermost: the connection gate marks when a connection starts a request.
+            outer_middlewares=[gate.middleware()],
             models=models,
             pool=pool,
             cpu=cpu,
@@ -215,17 +219,16 @@ async def run_node(
             routing_key_header=routing.routing_key_header,
             stores=stores,
             tenancy=config.api,
+            retry=config.retry,
+            deadlines=config.deadlines,
             limits=config.limits,
-            observe=observe(metrics, tracing_=tracing, access_log_on=telemetry.access_log, identity=_identity),
+            observe=observe(metrics, tracing_=tracing, access_log_on=telemetry.access_log, identity=request_identity),
             drain=drain,
         )
         if mesh is not None:
             add_mesh_routes(app, mesh)
         add_worker_routes(app, pool, shared.registry)
         add_status_routes(app, pool=pool, models=models, metrics=metrics, mesh=mesh)
-        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
-        metrics.watch_connections(gate)
-        app.middlewares.insert(0, gate.middleware())  # outermost: it marks when a connection starts a request
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
@@ -305,11 +308,6 @@ def _dns_discovery(config: NodeConfig, registry: WorkerRegistry) -> DnsDiscovery
     return DnsDiscovery(
         d.targets(), registry, client, interval_s=d.worker_dns_interval_s, max_workers=config.workers.max_workers
     )
-
-
-def _identity(request: web.Request) -> tuple[str, str]:
-    # Until the request context exists: the client's X-Request-Id as given (bounded), the default tenant.
-    return request.headers.get("X-Request-Id", "")[:128], ""
 
 
 def _model_of(models: list[ServedModel], worker: Worker) -> str | None:

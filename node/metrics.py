@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from mesh import Mesh
 from node.cluster.state import SharedState
 from node.http.connections import CLOSE_REASONS, ConnectionGate
-from node.pipeline.generate import Usage
+from node.pipeline.events import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.cache_aware import CacheAware
 from node.telemetry import multiproc, record

@@ -1,11 +1,10 @@
-"""Errors at the HTTP edge: every failure leaves as OpenAI's JSON envelope, never a traceback."""
+"""Errors at the HTTP edge: OpenAI's error body, and reading a JSON body into a typed, limit-checked request.
+Which envelope a route answers in, and the mapping of every exception, is node/http/middleware.py's."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
-from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import msgspec
@@ -14,10 +13,6 @@ from aiohttp import web
 from node.config import RequestLimits
 from node.errors import GatewayError, InvalidRequest, PayloadTooLarge
 from node.http.limits import check_request, inflate
-
-log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 T = TypeVar("T")
 
@@ -32,8 +27,13 @@ NO_AUTO_DECOMPRESS = {"auto_decompress": False}
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
 
-def error_body(message: str, error_type: str, *, param: str | None = None, code: str | None = None) -> bytes:
-    return _ENCODER.encode({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+def error_body(
+    message: str, error_type: str, *, param: str | None = None, code: str | None = None, request_id: str | None = None
+) -> bytes:
+    error: dict[str, str | None] = {"message": message, "type": error_type, "param": param, "code": code}
+    if request_id is not None:
+        error["request_id"] = request_id
+    return _ENCODER.encode({"error": error})
 
 
 def error_object(exc: GatewayError) -> dict[str, str | None]:
@@ -97,29 +97,3 @@ async def read_json(request: web.Request, kind: type[T], max_bytes: int) -> T:
         ) from None
     check_request(value, limits)
     return value
-
-
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except GatewayError as exc:
-        return error_response(exc)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        message = exc.text if exc.status != 404 else f"Invalid URL ({request.method} {request.path})"
-        code = "not_found" if exc.status == 404 else None
-        return web.Response(
-            status=exc.status,
-            body=error_body(message or exc.reason, "invalid_request_error", code=code),
-            content_type="application/json",
-            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
-        )
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return web.Response(
-            status=500,
-            body=error_body("The server had an error while processing your request.", "server_error"),
-            content_type="application/json",
-        )

@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions: render the chat template, tokenize, generate, answer as OpenAI does."""
+"""The OpenAI Chat Completions adapter: POST /v1/chat/completions parsed into the neutral request, the
+pipeline's events rendered as OpenAI's chat.completion JSON or chat.completion.chunk SSE."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from aiohttp import web
 
 from node.errors import GatewayError, InvalidRequest
 from node.http import openai_common as common
+from node.http.adapter import Route
 from node.http.errors import error_object, read_json
+from node.http.middleware import context_of
 from node.http.openai_types import ChatCompletionRequest, ChatMessage
 from node.http.sse import ChunkFrames, SseStream, frame, open_stream
-from node.pipeline.generate import GenerateSpec, Generation, TextDelta
-from node.pipeline.template import TemplateError
+from node.pipeline.events import ContentDelta, Finish, ReasoningDelta, ToolCallDelta, Usage
+from node.pipeline.request import ChatPrompt, GenerateRequest
+from node.pipeline.run import Run
 
 
 def _content_text(msg: ChatMessage, index: int) -> str | None:
@@ -71,137 +75,142 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-class ChatCompletions(common.GenerationApi):
-    def _render(self, req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> str:
-        """The prompt text: the chat template over ``messages``."""
-        template = self._model.template
-        if template is None:
-            raise InvalidRequest(
-                "This model has no chat template; use /v1/completions or start the node with --chat-template."
-            )
-        tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
-        try:
-            text = template.render(
-                messages,
-                tools=tools,
-                add_generation_prompt=req.add_generation_prompt,
-                extra=req.chat_template_kwargs,
-            )
-        except TemplateError as exc:
-            raise InvalidRequest(f"The chat template could not render these messages: {exc}", param="messages") from exc
-        if req.continue_final_message:
-            # Hugging Face semantics: the prompt ends right after the final message's content.
-            final = messages[-1]["content"] or ""
-            cut = text.rfind(final) if final else -1
-            if cut < 0:
-                raise InvalidRequest("Could not find the final message in the rendered prompt.", param="messages")
-            text = text[: cut + len(final)]
-        return text
+def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
+    """The neutral request of a chat completion. Raises InvalidRequest naming the field."""
+    if req.top_logprobs is not None:
+        if not req.logprobs:
+            raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
+        if req.top_logprobs < 0:  # the upper bound is RequestLimits.max_top_logprobs, checked at decode
+            raise InvalidRequest("'top_logprobs' must be >= 0.", param="top_logprobs")
+    if req.continue_final_message and req.add_generation_prompt:
+        raise InvalidRequest(
+            "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
+            param="continue_final_message",
+        )
+    use_completion_tokens = req.max_completion_tokens is not None
+    prompt = ChatPrompt(
+        messages=template_messages(req.messages),
+        tools=[msgspec.to_builtins(t) for t in req.tools] if req.tools else None,
+        add_generation_prompt=req.add_generation_prompt,
+        continue_final_message=req.continue_final_message,
+        template_kwargs=req.chat_template_kwargs,
+        no_template_hint="use /v1/completions or start the node with --chat-template.",
+    )
+    return GenerateRequest(
+        model=req.model,
+        prompts=(prompt,),
+        sampling=common.sampling_of(
+            req,
+            max_tokens=req.max_completion_tokens if use_completion_tokens else req.max_tokens,
+            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+        ),
+        stream=req.stream,
+        budget_param="max_completion_tokens" if use_completion_tokens else "max_tokens",
+        prompt_param="messages",
+    )
+
+
+class ChatCompletions(common.OpenAIAdapter):
+    def routes(self) -> list[Route]:
+        return [Route("POST", "/v1/chat/completions", self.handle)]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        ctx = context_of(request)
         req = await read_json(request, ChatCompletionRequest, self._max_body)
-        return await self._peer_for(req.model)._serve(request, req)
-
-    async def _serve(self, request: web.Request, req: ChatCompletionRequest) -> web.StreamResponse:
-        model = self._model
-        common.check_model(req.model, model)
-        common.validate_sampling(req, model)
-        if req.top_logprobs is not None:
-            if not req.logprobs:
-                raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
-            if req.top_logprobs < 0:  # the upper bound is RequestLimits.max_top_logprobs, checked at decode
-                raise InvalidRequest("'top_logprobs' must be >= 0.", param="top_logprobs")
-        if req.continue_final_message and req.add_generation_prompt:
-            raise InvalidRequest(
-                "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
-                param="continue_final_message",
-            )
-        stops = common.stop_strings(req)
-        messages = template_messages(req.messages)
-        size = sum(len(m["content"] or "") for m in messages)
-        prompt_ids = await self._cpu.render_and_encode(size, lambda: self._render(req, messages), model.tokenizer)
-        requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-        cap = self._limits.output_cap(req.n, logprobs=req.logprobs)
-        max_tokens = common.resolve_max_tokens(
-            requested, len(prompt_ids), model, param=param, prompt_param="messages", cap=cap
-        )
-        top_n = req.top_logprobs or 0
-        params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=top_n if req.logprobs else None)
+        pipeline = self._pipeline
+        model = pipeline.model(req.model)
+        neutral = chat_request(req)
         rid = common.new_id("chatcmpl")
-        spec = GenerateSpec(
-            model=self._model.name,
-            request_id=rid,
-            prompt_ids=prompt_ids,
-            params=params,
-            stops=stops,
-            include_stop_str=req.include_stop_str_in_output,
-            terminators=common.terminators(req, model),
-            routing_key=request.headers.get(self._routing_key_header),
-            client_stream=req.stream,
-        )
-        gen = Generation(spec, pool=self._pool, tokenizer=model.tokenizer)
+        prepared = await pipeline.prepare(neutral, model, ctx, request_id=rid)
+        run = pipeline.run(prepared, ctx)
+        view = _ChatView(rid, model.name, self._token_texts[model.name], req)
         if req.stream:
-            include_usage = req.stream_options is not None and req.stream_options.include_usage
-            return await self._stream(request, req, gen, rid, include_usage=include_usage, top_n=top_n)
-        return await self._complete(req, gen, rid, top_n=top_n)
+            return await view.stream(request, run)
+        return await view.complete(run)
 
-    async def _complete(self, req: ChatCompletionRequest, gen: Generation, rid: str, *, top_n: int) -> web.Response:
-        texts = [[] for _ in range(req.n)]  # type: list[list[str]]
-        logprobs: list[list[dict[str, Any]]] = [[] for _ in range(req.n)]
-        reasons: list[str | None] = [None] * req.n
-        async with contextlib.aclosing(gen.deltas()) as deltas:
-            async for batch in deltas:
-                for d in batch:
-                    texts[d.index].append(d.text)
-                    if d.finish_reason is not None:
-                        reasons[d.index] = d.finish_reason
-                    if req.logprobs:
-                        logprobs[d.index].extend(self._token_text.chat_entry(lp, top_n) for lp in d.logprobs)
-        self._on_usage(gen.usage)
+
+class _ChatView:
+    """Renders one request's events as OpenAI chat JSON or SSE."""
+
+    def __init__(self, rid: str, model: str, token_text: common.TokenText, req: ChatCompletionRequest) -> None:
+        self._rid = rid
+        self._model = model
+        self._token_text = token_text
+        self._n = req.n
+        self._want_logprobs = req.logprobs
+        self._top_n = req.top_logprobs or 0
+        self._include_usage = common.include_usage(req)
+
+    def _logprobs(self, lps: tuple[Any, ...]) -> list[dict[str, Any]]:
+        return [self._token_text.chat_entry(lp, self._top_n) for lp in lps]
+
+    async def complete(self, run: Run) -> web.Response:
+        n = self._n
+        texts: list[list[str]] = [[] for _ in range(n)]
+        reasoning: list[list[str]] = [[] for _ in range(n)]
+        calls: list[dict[int, dict[str, Any]]] = [{} for _ in range(n)]
+        logprobs: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        reasons: list[str | None] = [None] * n
+        usage = run.usage
+        async with contextlib.aclosing(run.events()) as events:
+            async for batch in events:
+                for ev in batch:
+                    if type(ev) is ContentDelta:
+                        texts[ev.index].append(ev.text)
+                        if self._want_logprobs:
+                            logprobs[ev.index].extend(self._logprobs(ev.logprobs))
+                    elif type(ev) is Finish:
+                        reasons[ev.index] = ev.reason
+                    elif type(ev) is ReasoningDelta:
+                        reasoning[ev.index].append(ev.text)
+                    elif type(ev) is ToolCallDelta:
+                        _merge_call(calls[ev.index], ev)
+                    elif type(ev) is Usage:
+                        usage = ev
+
+        def message(i: int) -> dict[str, Any]:
+            msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts[i]), "refusal": None}
+            if reasoning[i]:
+                msg["reasoning_content"] = "".join(reasoning[i])
+            if calls[i]:
+                msg["tool_calls"] = [calls[i][k] for k in sorted(calls[i])]
+            return msg
+
         body = {
-            "id": rid,
+            "id": self._rid,
             "object": "chat.completion",
             "created": common.now_s(),
-            "model": self._model.name,
+            "model": self._model,
             "choices": [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": "".join(texts[i]), "refusal": None},
-                    "logprobs": {"content": logprobs[i], "refusal": None} if req.logprobs else None,
+                    "message": message(i),
+                    "logprobs": {"content": logprobs[i], "refusal": None} if self._want_logprobs else None,
                     "finish_reason": reasons[i],
                 }
-                for i in range(req.n)
+                for i in range(n)
             ],
-            "usage": common.usage_dict(gen.usage),
+            "usage": common.usage_dict(usage),
             "system_fingerprint": None,
         }
         return web.Response(body=msgspec.json.encode(body), content_type="application/json")
 
-    async def _stream(
-        self,
-        request: web.Request,
-        req: ChatCompletionRequest,
-        gen: Generation,
-        rid: str,
-        *,
-        include_usage: bool,
-        top_n: int,
-    ) -> web.StreamResponse:
+    async def stream(self, request: web.Request, run: Run) -> web.StreamResponse:
         frames = ChunkFrames(
-            response_id=rid,
+            response_id=self._rid,
             obj="chat.completion.chunk",
             created=common.now_s(),
-            model=self._model.name,
-            include_usage=include_usage,
+            model=self._model,
+            include_usage=self._include_usage,
         )
-        async with contextlib.aclosing(gen.deltas()) as deltas:
+        usage = run.usage
+        async with contextlib.aclosing(run.events()) as events:
             # The first batch is awaited before the 200 goes out, so "no healthy worker" or a worker that
             # cannot be reached is a plain HTTP error, not a broken stream.
-            first = await anext(deltas, None)
+            first = await anext(events, None)
             resp = await open_stream(request)
             out = SseStream(resp)
-            for i in range(req.n):
+            for i in range(self._n):
                 out.add(
                     frames.with_choice(
                         {
@@ -212,43 +221,69 @@ class ChatCompletions(common.GenerationApi):
                         }
                     )
                 )
-            open_choices = req.n
+            open_choices = self._n
+            want_logprobs = self._want_logprobs
             try:
                 batch = first
                 while batch is not None:
-                    for d in batch:
-                        out.add(self._frame(frames, d, req.logprobs, top_n))
-                        if d.finish_reason is not None:
+                    for ev in batch:
+                        if type(ev) is ContentDelta:
+                            if want_logprobs:
+                                out.add(self._frame(frames, ev.index, {"content": ev.text}, ev))
+                            else:
+                                out.add(frames.chat_content(ev.index, ev.text))
+                        elif type(ev) is Finish:
+                            # OpenAI ends each choice with an empty delta and the reason.
+                            out.add(
+                                frames.with_choice(
+                                    {"index": ev.index, "delta": {}, "logprobs": None, "finish_reason": ev.reason}
+                                )
+                            )
                             open_choices -= 1
+                        elif type(ev) is Usage:
+                            usage = ev
+                        elif isinstance(ev, ReasoningDelta | ToolCallDelta):
+                            out.add(self._frame(frames, ev.index, _side_delta(ev), None))
                     if open_choices:
                         await out.flush()
-                    # else every choice has ended: the generator ends without waiting for the worker, and
+                    # else every choice has ended: the run ends without waiting for the worker, and
                     # these frames go out with the usage chunk and [DONE] in the closing write.
-                    batch = await anext(deltas, None)
+                    batch = await anext(events, None)
             except GatewayError as exc:
                 out.add(frame({"error": error_object(exc)}))
                 await out.close()
                 return resp
-        self._on_usage(gen.usage)
-        if include_usage:
-            out.add(frames.usage(common.usage_dict(gen.usage)))
+        if self._include_usage:
+            out.add(frames.usage(common.usage_dict(usage)))
         await out.close()
         return resp
 
-    def _frame(self, frames: ChunkFrames, d: TextDelta, want_logprobs: bool, top_n: int) -> bytes:
-        if d.finish_reason is None and not want_logprobs:
-            return frames.chat_content(d.index, d.text)
-        delta: dict[str, Any] = {"content": d.text} if d.text or d.finish_reason is None else {}
+    def _frame(self, frames: ChunkFrames, index: int, delta: dict[str, Any], ev: ContentDelta | None) -> bytes:
         logprobs = (
-            {"content": [self._token_text.chat_entry(lp, top_n) for lp in d.logprobs], "refusal": None}
-            if want_logprobs
+            {"content": self._logprobs(ev.logprobs), "refusal": None}
+            if ev is not None and self._want_logprobs
             else None
         )
-        frame_bytes = frames.with_choice(
-            {"index": d.index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
-        )
-        if d.finish_reason is None:
-            return frame_bytes
-        # The finishing delta may carry text; OpenAI ends each choice with an empty delta and the reason.
-        tail = frames.with_choice({"index": d.index, "delta": {}, "logprobs": None, "finish_reason": d.finish_reason})
-        return (frame_bytes if d.text or d.logprobs else b"") + tail
+        return frames.with_choice({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None})
+
+
+def _side_delta(ev: ReasoningDelta | ToolCallDelta) -> dict[str, Any]:
+    """The chunk delta of a reasoning or tool-call event (vLLM's field names)."""
+    if isinstance(ev, ReasoningDelta):
+        return {"reasoning_content": ev.text}
+    call: dict[str, Any] = {"index": ev.call, "function": {"arguments": ev.arguments}}
+    if ev.id is not None:
+        call["id"] = ev.id
+        call["type"] = "function"
+    if ev.name is not None:
+        call["function"]["name"] = ev.name
+    return {"tool_calls": [call]}
+
+
+def _merge_call(calls: dict[int, dict[str, Any]], ev: ToolCallDelta) -> None:
+    call = calls.setdefault(ev.call, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+    if ev.id is not None:
+        call["id"] = ev.id
+    if ev.name is not None:
+        call["function"]["name"] = ev.name
+    call["function"]["arguments"] += ev.arguments

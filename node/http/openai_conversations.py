@@ -12,12 +12,13 @@ from typing import Any
 from aiohttp import web
 
 from node.errors import InvalidRequest
+from node.http.adapter import AdapterEnv, Route
+from node.http.envelopes import OPENAI, ErrorEnvelope
 from node.http.errors import read_json
-from node.http.history import History
+from node.http.middleware import context_of
 from node.http.openai_common import now_s
 from node.http.pages import json_response, list_object, mint_id, page_object, page_query
 from node.http.responses_types import ConversationCreateRequest, ConversationUpdateRequest, ItemsCreateRequest
-from node.http.tenancy import ApiConfig, tenant_of
 from node.pipeline import responses_items
 from storage.base import MAX_ITEMS_PER_ADD, Conversation, Item
 from storage.errors import InvalidInput
@@ -48,25 +49,28 @@ def _items(raw: list[Any], *, allow_empty: bool) -> list[Item]:
 
 
 class Conversations:
-    def __init__(self, *, history: History, tenancy: ApiConfig, max_body_bytes: int) -> None:
-        self._history = history
-        self._tenancy = tenancy
-        self._max_body = max_body_bytes
+    envelope: ErrorEnvelope = OPENAI
 
-    def add_routes(self, app: web.Application) -> None:
+    def __init__(self, env: AdapterEnv) -> None:
+        self._history = env.history
+        self._max_body = env.max_body_bytes
+
+    def routes(self) -> list[Route]:
         base = "/v1/conversations/{conversation_id}"
-        app.router.add_post("/v1/conversations", self.create)
-        app.router.add_get(base, self.retrieve)
-        app.router.add_post(base, self.update)
-        app.router.add_delete(base, self.delete)
-        app.router.add_get(base + "/items", self.list_items)
-        app.router.add_post(base + "/items", self.add_items)
-        app.router.add_get(base + "/items/{item_id}", self.get_item)
-        app.router.add_delete(base + "/items/{item_id}", self.delete_item)
+        return [
+            Route("POST", "/v1/conversations", self.create),
+            Route("GET", base, self.retrieve),
+            Route("POST", base, self.update),
+            Route("DELETE", base, self.delete),
+            Route("GET", base + "/items", self.list_items),
+            Route("POST", base + "/items", self.add_items),
+            Route("GET", base + "/items/{item_id}", self.get_item),
+            Route("DELETE", base + "/items/{item_id}", self.delete_item),
+        ]
 
     async def create(self, request: web.Request) -> web.Response:
         req = await read_json(request, ConversationCreateRequest, self._max_body)
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         conv = Conversation(id=mint_id("conv"), created_at=now_s(), metadata=_metadata(req.metadata))
         initial = _items(req.items or [], allow_empty=True)
         history = self._history
@@ -74,7 +78,7 @@ class Conversations:
         return json_response(conversation_object(created))
 
     async def retrieve(self, request: web.Request) -> web.Response:
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         cid = request.match_info[_CONVERSATION_ID]
         history = self._history
         conv = await history.run(lambda: history.conversations.get(tenant, cid))
@@ -82,7 +86,7 @@ class Conversations:
 
     async def update(self, request: web.Request) -> web.Response:
         req = await read_json(request, ConversationUpdateRequest, self._max_body)
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         cid = request.match_info[_CONVERSATION_ID]
         metadata = _metadata(req.metadata)
         history = self._history
@@ -90,14 +94,14 @@ class Conversations:
         return json_response(conversation_object(conv))
 
     async def delete(self, request: web.Request) -> web.Response:
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         cid = request.match_info[_CONVERSATION_ID]
         history = self._history
         await history.run(lambda: history.conversations.delete(tenant, cid))
         return json_response({"id": cid, "object": "conversation.deleted", "deleted": True})
 
     async def list_items(self, request: web.Request) -> web.Response:
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         cid = request.match_info[_CONVERSATION_ID]
         q = page_query(request)
         history = self._history
@@ -108,7 +112,7 @@ class Conversations:
 
     async def add_items(self, request: web.Request) -> web.Response:
         req = await read_json(request, ItemsCreateRequest, self._max_body)
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         cid = request.match_info[_CONVERSATION_ID]
         added = _items(req.items, allow_empty=False)
         history = self._history
@@ -116,7 +120,7 @@ class Conversations:
         return json_response(list_object(added, has_more=False))
 
     async def get_item(self, request: web.Request) -> web.Response:
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         cid, item_id = request.match_info[_CONVERSATION_ID], request.match_info["item_id"]
         history = self._history
         item = await history.run(lambda: history.conversations.get_item(tenant, cid, item_id))
@@ -124,7 +128,7 @@ class Conversations:
 
     async def delete_item(self, request: web.Request) -> web.Response:
         """Answers with the conversation, as OpenAI does."""
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         cid, item_id = request.match_info[_CONVERSATION_ID], request.match_info["item_id"]
         history = self._history
         await history.run(lambda: history.conversations.delete_item(tenant, cid, item_id))

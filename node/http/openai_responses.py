@@ -23,16 +23,18 @@ from aiohttp import web
 
 from node.errors import GatewayError, InvalidRequest
 from node.http import openai_common as common
+from node.http.adapter import AdapterEnv, Route
 from node.http.errors import read_json
-from node.http.history import History
+from node.http.middleware import context_of
 from node.http.pages import json_response, mint_id, page_object, page_query
 from node.http.responses_stream import ResponseEvents
 from node.http.responses_types import ResponsesRequest
-from node.http.sse import SSE_HEADERS
-from node.http.tenancy import ApiConfig, tenant_of
+from node.http.sse import open_stream
 from node.pipeline import responses_items as items
-from node.pipeline.generate import GenerateSpec, Generation, Usage
-from node.pipeline.template import TemplateError
+from node.pipeline.events import ContentDelta, Finish, Usage
+from node.pipeline.request import ChatPrompt, GenerateRequest, Sampling
+from node.pipeline.run import Run
+from node.pipeline.served_model import ServedModel
 from storage.base import MAX_ITEMS_PER_ADD, MAX_PAGE_LIMIT, Item, ResponseRecord
 from storage.errors import InvalidInput
 from storage.validation import check_metadata
@@ -112,26 +114,33 @@ def _failed(exc: GatewayError) -> dict[str, Any]:
     return {"code": "server_error", "message": exc.message}
 
 
-class Responses(common.GenerationApi):
-    def __init__(self, ctx: common.ApiContext, *, history: History, tenancy: ApiConfig) -> None:
-        super().__init__(ctx)
-        self._history = history
-        self._tenancy = tenancy
+def responses_sampling(req: ResponsesRequest) -> Sampling:
+    """The neutral sampling fields of a Responses request (no logprobs). Raises InvalidRequest."""
+    if req.n != 1:
+        raise InvalidRequest("'n' must be 1 for the Responses API.", param="n")
+    return common.sampling_of(req, max_tokens=req.max_output_tokens, logprobs=None)
 
-    def add_routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/responses", self.create)
-        app.router.add_get("/v1/responses/{response_id}", self.retrieve)
-        app.router.add_delete("/v1/responses/{response_id}", self.delete)
-        app.router.add_get("/v1/responses/{response_id}/input_items", self.input_items)
+
+class Responses(common.OpenAIAdapter):
+    def __init__(self, env: AdapterEnv) -> None:
+        super().__init__(env)
+        self._history = env.history
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("POST", "/v1/responses", self.create),
+            Route("GET", "/v1/responses/{response_id}", self.retrieve),
+            Route("DELETE", "/v1/responses/{response_id}", self.delete),
+            Route("GET", "/v1/responses/{response_id}/input_items", self.input_items),
+        ]
 
     # --- create -----------------------------------------------------------------------------------------
 
-    def _validate(self, req: ResponsesRequest) -> str | list[Any]:
-        """Checks that need no storage; returns the input. Raises InvalidRequest / ModelNotFound."""
-        common.check_model(req.model, self._model)
-        common.validate_sampling(req, self._model)
-        if req.n != 1:
-            raise InvalidRequest("'n' must be 1 for the Responses API.", param="n")
+    def _validate(self, req: ResponsesRequest, model: ServedModel) -> tuple[str | list[Any], Sampling]:
+        """Checks that need no storage; returns the input and the sampling fields. Raises InvalidRequest."""
+        sampling = responses_sampling(req)
+        # Prepare checks these again; here they refuse bad input before any storage is touched.
+        self._pipeline.check(sampling, model)
         if req.input is None:
             raise InvalidRequest("Missing required parameter: 'input'.", param="input")
         if req.previous_response_id is not None and req.conversation is not None:
@@ -143,7 +152,7 @@ class Responses(common.GenerationApi):
                 check_metadata(req.metadata)
             except InvalidInput as exc:
                 raise InvalidRequest(f"Invalid 'metadata': {exc}.", param="metadata") from exc
-        return req.input
+        return req.input, sampling
 
     async def _context(self, tenant: str, req: ResponsesRequest) -> list[Mapping[str, Any]]:
         """The stored items this turn continues from (chain or conversation), oldest first."""
@@ -171,25 +180,13 @@ class Responses(common.GenerationApi):
                 )
             after = page.last_id
 
-    def _render(self, req: ResponsesRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        """The prompt text: the chat template over ``messages``."""
-        template = self._model.template
-        if template is None:
-            raise InvalidRequest("This model has no chat template; start the node with --chat-template.")
-        offered = items.chat_tools(tools) if req.tool_choice != "none" else None
-        try:
-            text = template.render(messages, tools=offered, add_generation_prompt=True, extra=req.chat_template_kwargs)
-        except TemplateError as exc:
-            raise InvalidRequest(f"The chat template could not render this input: {exc}", param="input") from exc
-        return text
-
     async def create(self, request: web.Request) -> web.StreamResponse:
+        ctx = context_of(request)
         req = await read_json(request, ResponsesRequest, self._max_body)
-        return await self._peer_for(req.model)._create(request, req)
-
-    async def _create(self, request: web.Request, req: ResponsesRequest) -> web.StreamResponse:
-        raw_input = self._validate(req)
-        tenant = tenant_of(request, self._tenancy)
+        pipeline = self._pipeline
+        model = pipeline.model(req.model)
+        raw_input, sampling = self._validate(req, model)
+        tenant = ctx.tenant
         inputs = items.normalize_input(raw_input, mint_id)
         tools = items.normalize_tools(req.tools)
         conv = req.conversation_id
@@ -206,21 +203,24 @@ class Responses(common.GenerationApi):
         messages = items.chat_messages([*context, *inputs], instructions=req.instructions)
         if not messages:
             raise InvalidRequest("'input' must contain at least one item.", param="input")
-        size = sum(len(m.get("content") or "") for m in messages)
-        render = partial(self._render, req, messages, tools)
-        prompt_ids = await self._cpu.render_and_encode(size, render, self._model.tokenizer)
-        model = self._model
-        max_tokens = common.resolve_max_tokens(
-            req.max_output_tokens,
-            len(prompt_ids),
-            model,
-            param="max_output_tokens",
-            prompt_param="input",
-            cap=self._limits.output_cap(1, logprobs=False),
+        prompt = ChatPrompt(
+            messages=messages,
+            tools=items.chat_tools(tools) if req.tool_choice != "none" else None,
+            template_kwargs=req.chat_template_kwargs,
         )
-        params = common.sampling_params(req, model, max_tokens=max_tokens, logprobs=None)
+        neutral = GenerateRequest(
+            model=req.model,
+            prompts=(prompt,),
+            sampling=sampling,
+            stream=req.stream,
+            budget_param="max_output_tokens",
+            prompt_param="input",
+        )
+        rid = mint_id("resp")
+        prepared = await pipeline.prepare(neutral, model, ctx, request_id=rid)
+        params = prepared.params
         turn = _Turn(
-            id=mint_id("resp"),
+            id=rid,
             created_at=common.now_s(),
             tenant=tenant,
             req=req,
@@ -230,21 +230,10 @@ class Responses(common.GenerationApi):
             top_p=params.top_p,
             model=model.name,
         )
-        spec = GenerateSpec(
-            model=self._model.name,
-            request_id=turn.id,
-            prompt_ids=prompt_ids,
-            params=params,
-            stops=common.stop_strings(req),
-            include_stop_str=req.include_stop_str_in_output,
-            terminators=common.terminators(req, model),
-            routing_key=request.headers.get(self._routing_key_header),
-            client_stream=req.stream,
-        )
-        gen = Generation(spec, pool=self._pool, tokenizer=model.tokenizer)
+        run = pipeline.run(prepared, ctx)
         if req.stream:
-            return await self._stream(request, turn, gen)
-        return await self._complete(turn, gen)
+            return await self._stream(request, turn, run)
+        return await self._complete(turn, run)
 
     async def _persist(self, turn: _Turn, response: dict[str, Any], output: dict[str, Any]) -> None:
         """Make the finished response durable (store=true) or at least its items (conversation only).
@@ -271,88 +260,95 @@ class Responses(common.GenerationApi):
             added = [*inputs, Item.from_json(output)]
             await history.run(lambda: history.conversations.add_items(turn.tenant, conv, added), param=param)
 
-    async def _complete(self, turn: _Turn, gen: Generation) -> web.Response:
+    async def _complete(self, turn: _Turn, run: Run) -> web.Response:
         texts: list[str] = []
         reason: str | None = None
-        async with contextlib.aclosing(gen.deltas()) as deltas:
-            async for batch in deltas:
-                for d in batch:
-                    texts.append(d.text)
-                    reason = d.finish_reason or reason
-        self._on_usage(gen.usage)
+        usage = run.usage
+        async with contextlib.aclosing(run.events()) as events:
+            async for batch in events:
+                for ev in batch:
+                    if type(ev) is ContentDelta:
+                        texts.append(ev.text)
+                    elif type(ev) is Finish:
+                        reason = ev.reason
+                    elif type(ev) is Usage:
+                        usage = ev
         status = "incomplete" if reason == "length" else "completed"
         output = items.output_message(mint_id("msg"), "".join(texts), status=status)
-        response = turn.response(status=status, output=[output], usage=gen.usage)
+        response = turn.response(status=status, output=[output], usage=usage)
         await self._persist(turn, response, output)
         return json_response(response)
 
-    async def _stream(self, request: web.Request, turn: _Turn, gen: Generation) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, turn: _Turn, run: Run) -> web.StreamResponse:
         item_id = mint_id("msg")
-        events = ResponseEvents(item_id)
+        frames = ResponseEvents(item_id)
         texts: list[str] = []
         reason: str | None = None
-        async with contextlib.aclosing(gen.deltas()) as deltas:
+        usage = run.usage
+        async with contextlib.aclosing(run.events()) as events:
             # The first batch is awaited before the 200 goes out, so "no healthy worker" or a worker that
             # cannot be reached is a plain HTTP error, not a broken stream.
-            first = await anext(deltas, None)
-            resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
-            await resp.prepare(request)
+            first = await anext(events, None)
+            resp = await open_stream(request)  # writes wait for a slow reader (node/http/sse.py)
             started = turn.response(status="in_progress", output=[])
             await resp.write(
-                events.response("response.created", started)
-                + events.response("response.in_progress", started)
-                + events.item_added(_in_progress_item(item_id))
-                + events.part_added()
+                frames.response("response.created", started)
+                + frames.response("response.in_progress", started)
+                + frames.item_added(_in_progress_item(item_id))
+                + frames.part_added()
             )
             try:
                 batch = first
                 while batch is not None:
                     chunk = b""
-                    for d in batch:
-                        if d.text:
-                            texts.append(d.text)
-                            chunk += events.delta(d.text)
-                        reason = d.finish_reason or reason
+                    for ev in batch:
+                        if type(ev) is ContentDelta:
+                            if ev.text:
+                                texts.append(ev.text)
+                                chunk += frames.delta(ev.text)
+                        elif type(ev) is Finish:
+                            reason = ev.reason
+                        elif type(ev) is Usage:
+                            usage = ev
                     if chunk:
                         await resp.write(chunk)
-                    batch = await anext(deltas, None)
+                    batch = await anext(events, None)
             except GatewayError as exc:
                 failed = turn.response(status="failed", output=[], error=_failed(exc))
-                await resp.write(events.response("response.failed", failed))
+                await resp.write(frames.response("response.failed", failed))
                 return resp
-        self._on_usage(gen.usage)
         text = "".join(texts)
         status = "incomplete" if reason == "length" else "completed"
         output = items.output_message(item_id, text, status=status)
-        await resp.write(events.text_done(text) + events.part_done(text) + events.item_done(output))
-        final = turn.response(status=status, output=[output], usage=gen.usage)
+        await resp.write(frames.text_done(text) + frames.part_done(text) + frames.item_done(output))
+        final = turn.response(status=status, output=[output], usage=usage)
         try:
             await self._persist(turn, final, output)
         except GatewayError as exc:
-            failed = turn.response(status="failed", output=[output], usage=gen.usage, error=_failed(exc))
-            await resp.write(events.response("response.failed", failed))
+            failed = turn.response(status="failed", output=[output], usage=usage, error=_failed(exc))
+            await resp.write(frames.response("response.failed", failed))
             return resp
-        await resp.write(events.response(f"response.{status}", final))
+        await resp.write(frames.response(f"response.{status}", final))
         return resp
 
     # --- stored responses -------------------------------------------------------------------------------
 
     async def retrieve(self, request: web.Request) -> web.Response:
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         rid = request.match_info["response_id"]
         history = self._history
         record = await history.run(lambda: history.responses.get(tenant, rid))
         return json_response({**record.body, "output": [item.body for item in record.output]})
 
     async def delete(self, request: web.Request) -> web.Response:
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         rid = request.match_info["response_id"]
         history = self._history
         await history.run(lambda: history.responses.delete(tenant, rid))
         return json_response({"id": rid, "object": "response", "deleted": True})
 
     async def input_items(self, request: web.Request) -> web.Response:
-        tenant = tenant_of(request, self._tenancy)
+        tenant = context_of(request).tenant
         rid = request.match_info["response_id"]
         q = page_query(request)
         history = self._history

@@ -1,4 +1,5 @@
-"""The HTTP application: routes for the OpenAI API, model listing, liveness and readiness."""
+"""The HTTP application: the API adapters' routes (node/http/adapters.py) over one request pipeline, model
+listing, liveness and readiness, behind the configured middleware chain (node/http/middleware.py)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,26 @@ from collections.abc import Sequence
 import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from aiohttp.web_urldispatcher import AbstractRoute
 
 from node.config import RequestLimits
 from node.drain import Drain
-from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body, error_middleware
+from node.http.adapter import AdapterEnv, AdapterFactory
+from node.http.adapters import ADAPTERS
+from node.http.envelopes import ErrorEnvelope
+from node.http.errors import NO_AUTO_DECOMPRESS, REQUEST_LIMITS, error_body
 from node.http.history import History
-from node.http.openai_chat import ChatCompletions
-from node.http.openai_common import ApiContext
-from node.http.openai_completions import Completions
-from node.http.openai_conversations import Conversations
-from node.http.openai_responses import Responses
+from node.http.middleware import echo_request_id, middleware_chain
 from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
+from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel
 from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.telemetry.observe import observe as observe_middleware
+from node.workers.deadlines import DeadlineConfig
 from node.workers.pool import WorkerPool
+from node.workers.retry import RetryConfig
 from storage.base import Stores
 
 
@@ -42,18 +46,30 @@ def build_app(
     routing_key_header: str = DEFAULT_ROUTING_KEY_HEADER,
     stores: Stores,
     tenancy: ApiConfig,
+    adapters: Sequence[AdapterFactory] = ADAPTERS,
+    retry: RetryConfig | None = None,
+    deadlines: DeadlineConfig | None = None,
     limits: RequestLimits | None = None,
     observe: Middleware | None = None,
+    outer_middlewares: Sequence[Middleware] = (),
     drain: Drain | None = None,
 ) -> web.Application:
     """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say.
     ``observe`` is the outermost middleware (node/telemetry/observe.py; the default: metrics only)."""
     limits = limits or RequestLimits()
     draining = drain or Drain()
-    # client_max_size bounds what aiohttp buffers; read_json answers 413 in OpenAI's envelope past it.
-    # The observe middleware is outermost so it counts the status the error middleware produced.
+    # Filled as adapters register their routes below; the error middleware reads it per request.
+    envelopes: dict[AbstractRoute, ErrorEnvelope] = {}
+    chain = middleware_chain(
+        outer=outer_middlewares,
+        metrics=observe or observe_middleware(metrics, access_log_on=False),
+        envelopes=envelopes,
+        tenancy=tenancy,
+        routing_key_header=routing_key_header,
+    )
+    # client_max_size bounds what aiohttp buffers; read_json answers 413 in the API's envelope past it.
     app = web.Application(
-        middlewares=[observe or observe_middleware(metrics, access_log_on=False), error_middleware],
+        middlewares=chain,
         client_max_size=max_body_bytes + 1,
         handler_args={
             **NO_AUTO_DECOMPRESS,
@@ -63,20 +79,21 @@ def build_app(
         },
     )
     app[REQUEST_LIMITS] = limits
-    contexts = [
-        ApiContext(
-            model=model,
-            pool=pool,
-            cpu=cpu,
-            max_body_bytes=max_body_bytes,
-            limits=limits,
-            on_usage=metrics.observe_usage,
-            routing_key_header=routing_key_header,
-        )
-        for model in models
-    ]
-    chat = ChatCompletions.serving(contexts)
-    completions = Completions.serving(contexts)
+    app.on_response_prepare.append(echo_request_id)
+    pipeline = Pipeline(
+        models=models,
+        pool=pool,
+        cpu=cpu,
+        limits=limits,
+        on_usage=metrics.observe_usage,
+        retry=retry,
+        deadlines=deadlines,
+    )
+    env = AdapterEnv(pipeline=pipeline, max_body_bytes=max_body_bytes, history=History(stores), tenancy=tenancy)
+    for make_adapter in adapters:
+        adapter = make_adapter(env)
+        for route in adapter.routes():
+            envelopes[app.router.add_route(route.method, route.path, route.handler)] = adapter.envelope
 
     def model_json(model: ServedModel) -> dict[str, object]:
         return {
@@ -133,15 +150,9 @@ def build_app(
         }
         return _json(body, status=200 if ready else 503)
 
-    app.router.add_post("/v1/chat/completions", chat.handle)
-    app.router.add_post("/v1/completions", completions.handle)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{name:.+}", get_model)
     app.router.add_get("/health", health)
     app.router.add_get("/readiness", readiness)
     app.router.add_get("/metrics", metrics.handle)
-    # Responses and Conversations: history in `stores`, tenant per request as `tenancy` allows.
-    history = History(stores)
-    Responses.serving(contexts, history=history, tenancy=tenancy).add_routes(app)
-    Conversations(history=history, tenancy=tenancy, max_body_bytes=max_body_bytes).add_routes(app)
     return app

@@ -86,6 +86,30 @@ class WorkerContract:
         """Ids relayed so far for choice ``index`` (never more than ``max_tokens``)."""
         return self._choices[index].ids
 
+    def passes(self, out: WorkerOutput) -> bool:
+        """The common case, cheaply (no verdict built): ``out`` breaks no rule and is relayed as it is; its
+        choice's state advances as ``check`` would advance it. False: nothing changed, ask ``check``."""
+        limits = self.limits
+        if not (0 <= out.index < limits.n and 0 <= out.cached_tokens <= limits.prompt_tokens):
+            return False
+        choice = self._choices[out.index]
+        if choice.finished:
+            return False
+        ids = out.token_ids
+        chunk = out.finish_reason is None
+        new = 0 if not chunk and limits.stream and tuple(ids) == choice.last_chunk else len(ids)
+        if new > limits.max_tokens - choice.ids:
+            return False
+        vocab = limits.vocab_size
+        if new and vocab and (min(ids) < 0 or max(ids) >= vocab):
+            return False
+        choice.ids += new
+        if chunk:
+            choice.last_chunk = tuple(ids)
+        else:
+            choice.finished = True
+        return True
+
     def check(self, out: WorkerOutput) -> Verdict:
         """The verdict on one message. Raises WorkerProtocolError when the worker broke the contract."""
         limits = self.limits

@@ -21,6 +21,7 @@ Every other RPC passes through unobserved (health checks are the health loop's v
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
@@ -30,7 +31,7 @@ from node.errors import WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.breaker import CircuitBreaker
 from node.workers.client import WorkerClient, worker_batches
-from node.workers.deadlines import bounded
+from node.workers.deadlines import Watchdog
 from node.workers.kv_convert import EngineLoad
 from node.workers.outcome import Outcome, outcome_of
 from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
@@ -65,19 +66,41 @@ class BreakerClient:
     def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
         """Generate's messages as lists of those that arrived together (one each where the client cannot tell)."""
         batches = worker_batches(self._inner, request)
-        if request.deadlines is not None:  # inside the observation: a tripped deadline is the worker's timeout
-            batches = bounded(batches, request.deadlines, url=self.url, streamed=request.stream)
-        return self._observed(batches, request.params.n)
+        # Inside the observation (a tripped deadline is the worker's timeout), applied in its own loop: no
+        # generator layer of its own per message.
+        watch = (
+            None if request.deadlines is None else Watchdog(request.deadlines, url=self.url, streamed=request.stream)
+        )
+        return self._observed(batches, request.params.n, watch)
 
     async def _observed(
-        self, stream: AsyncGenerator[Sequence[WorkerOutput], None], n: int
+        self, stream: AsyncGenerator[Sequence[WorkerOutput], None], n: int, watch: Watchdog | None
     ) -> AsyncGenerator[Sequence[WorkerOutput], None]:
         outcome: Outcome | None = None
         answered = False
         finished: set[int] = set()  # choices the worker finished (indexes < n only: bounded)
         aborted = False  # a finish reason "abort": the gateway never asks for one on a stream it reads
         try:
-            async for batch in stream:
+            while True:
+                if watch is not None:
+                    watch.waiting()
+                try:
+                    batch = await anext(stream)
+                except StopAsyncIteration:
+                    if watch is not None:
+                        watch.stopped_waiting()
+                    break
+                except asyncio.CancelledError:
+                    timeout = watch.timeout() if watch is not None else None
+                    if timeout is not None:
+                        raise timeout from None
+                    raise
+                except BaseException:
+                    if watch is not None:
+                        watch.stopped_waiting()
+                    raise
+                if watch is not None:
+                    watch.arrived()  # also ends the wait
                 answered = True
                 for out in batch:
                     if out.finish_reason is not None and 0 <= out.index < n:
@@ -89,6 +112,8 @@ class BreakerClient:
             outcome = outcome_of(exc)
             raise
         finally:
+            if watch is not None:
+                watch.close()
             await stream.aclose()
             if outcome is None:
                 # The caller stopped reading: a worker that was answering works; before that, no news.

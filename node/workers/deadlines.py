@@ -175,30 +175,99 @@ class StreamDeadline:
         )
 
 
+class Watchdog:
+    """``StreamDeadline`` on the running loop's clock, for a loop that awaits a worker stream itself:
+    ``waiting()`` right before each await of the stream, ``arrived()`` after a message, ``timeout()`` when
+    that await raised CancelledError, ``stopped_waiting()`` on every other exit from it, ``close()`` at the end.
+
+    One timer per stream, not one per message: it is armed for the earliest deadline and, when it fires early
+    (messages arrived meanwhile and moved the deadline on), re-armed for the new one. A streaming answer pays
+    a clock read per message instead of a timer set and cancelled per message (a heap push each). It cancels
+    the waiting task only while that task waits on the stream.
+    """
+
+    __slots__ = ("_cancelling", "_loop", "_state", "_timer", "_tripped", "_url", "_waiter")
+
+    def __init__(self, deadlines: Deadlines, *, url: str, streamed: bool = True) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._state = StreamDeadline(deadlines, started_at=self._loop.time(), streamed=streamed)
+        self._url = url
+        self._waiter: asyncio.Task[object] | None = None  # the task waiting on the stream right now, if any
+        self._cancelling = 0
+        self._tripped: tuple[DeadlineKind, Limit] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        due = self._state.next_due()
+        self._timer = self._loop.call_at(due[0], self._on_timer) if due is not None else None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None:
+            return  # not waiting on the worker: armed again at the next wait
+        hit = self._state.expired(self._loop.time())
+        if hit is None:
+            self._arm()
+            return
+        self._tripped = hit
+        waiter.cancel()
+
+    def waiting(self) -> None:
+        if self._timer is None:
+            self._arm()
+        waiter = self._waiter = asyncio.current_task()
+        self._cancelling = waiter.cancelling() if waiter is not None else 0
+
+    def arrived(self) -> None:
+        """A message came: the wait is over, the deadlines move on."""
+        self._waiter = None
+        self._state.on_message(self._loop.time())
+
+    def stopped_waiting(self) -> None:
+        self._waiter = None
+
+    def timeout(self) -> WorkerTimeout | None:
+        """After the wait raised CancelledError: the WorkerTimeout to raise instead, when the cancellation was
+        this watchdog's and nobody else cancelled the task meanwhile (asyncio.timeout's rule); else None."""
+        waiter, self._waiter = self._waiter, None
+        if self._tripped is None or waiter is None or waiter.uncancel() > self._cancelling:
+            return None
+        return self._state.error(*self._tripped, self._url)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 async def bounded(
     stream: AsyncGenerator[T, None], deadlines: Deadlines, *, url: str, streamed: bool = True
 ) -> AsyncGenerator[T, None]:
-    """``stream`` under ``deadlines``, timed on the running loop's clock from this call's first step.
+    """``stream`` under ``deadlines`` (a ``Watchdog``), timed from this call's first step.
 
     Raises WorkerTimeout when a deadline trips (the stream is closed first, cancelling its RPC); whatever
     ``stream`` raises passes through.
     """
-    loop = asyncio.get_running_loop()
-    state = StreamDeadline(deadlines, started_at=loop.time(), streamed=streamed)
+    watch = Watchdog(deadlines, url=url, streamed=streamed)
     try:
         while True:
-            due = state.next_due()
-            timeout = asyncio.timeout_at(due[0] if due is not None else None)
+            watch.waiting()
             try:
-                async with timeout:
-                    item = await anext(stream)
+                item = await anext(stream)
             except StopAsyncIteration:
+                watch.stopped_waiting()
                 return
-            except TimeoutError:
-                if due is None or not timeout.expired():
-                    raise  # the stream's own TimeoutError, not our deadline
-                raise state.error(due[1], due[2], url) from None
-            state.on_message(loop.time())
+            except asyncio.CancelledError:
+                timeout = watch.timeout()
+                if timeout is not None:
+                    raise timeout from None
+                raise
+            except BaseException:
+                watch.stopped_waiting()
+                raise
+            watch.arrived()
             yield item
     finally:
+        watch.close()
         await stream.aclose()

@@ -1,9 +1,10 @@
-"""The generation core against a scripted worker: where answers end, exact usage, aborts, retries."""
+"""The Dispatch and Output stages against a scripted worker: where answers end, exact usage, aborts, retries."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
@@ -12,12 +13,17 @@ import pytest
 
 from node.config import WorkerPoolConfig
 from node.errors import WorkerFailed
-from node.pipeline.generate import GenerateSpec, Generation, TextDelta
+from node.pipeline.dispatch import Dispatch, DispatchConfig
+from node.pipeline.events import ContentDelta, Event, Finish, Usage
+from node.pipeline.output import OutputProcessor
+from node.pipeline.spec import GenerateSpec
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.round_robin import RoundRobin
 from node.tasks import Supervisor
 from node.workers.breaker import CircuitBreaker
+from node.workers.client import WorkerUnavailable
 from node.workers.pool import WorkerPool
+from node.workers.retry import RetryConfig, RetryPolicy
 from node.workers.types import ModelInfo, SamplingParams, WorkerOutput, WorkerRequest
 
 EOS = 128009
@@ -43,7 +49,7 @@ class ScriptedWorker:
     async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
         self.requests.append(request)
         if self.fail_before_output:
-            raise WorkerFailed(f"worker {self.url}: connection refused")
+            raise WorkerUnavailable(f"worker {self.url}: connection refused")
         for k, out in enumerate(self.script):
             if self.fail_after is not None and k == self.fail_after:
                 raise WorkerFailed("stream broke")
@@ -96,8 +102,36 @@ def spec(tok: Tokenizer, **kw: object) -> GenerateSpec:
     return GenerateSpec(request_id="r1", prompt_ids=[1, 2, 3], params=params, terminators=frozenset({EOS}), **kw)  # type: ignore[arg-type]
 
 
-async def run(gen: Generation) -> list[TextDelta]:
-    out: list[TextDelta] = []
+class Generation:
+    """One spec through Dispatch (fed from ``pool``) and its Output stage, as the pipeline's Run wires them."""
+
+    def __init__(self, spec: GenerateSpec, *, pool: WorkerPool, tokenizer: Tokenizer) -> None:
+        self.output = OutputProcessor(spec, tokenizer)
+        retry = RetryPolicy(RetryConfig(), random.Random(0))
+        self.dispatch = Dispatch(spec, self.output, pool=pool, config=DispatchConfig(retry=retry))
+
+    def deltas(self) -> AsyncGenerator[list[Event], None]:
+        return self.dispatch.events()
+
+    @property
+    def usage(self) -> Usage:
+        return self.output.usage
+
+    @property
+    def worker_url(self) -> str | None:
+        return self.dispatch.worker_url
+
+
+def text(events: Sequence[Event], index: int | None = None) -> str:
+    return "".join(e.text for e in events if isinstance(e, ContentDelta) and index in (None, e.index))
+
+
+def finishes(events: Sequence[Event]) -> list[str]:
+    return [e.reason for e in events if isinstance(e, Finish)]
+
+
+async def run(gen: Generation) -> list[Event]:
+    out: list[Event] = []
     async with contextlib.aclosing(gen.deltas()) as it:
         async for batch in it:
             out.extend(batch)
@@ -114,8 +148,8 @@ async def test_eos_inside_a_chunk_ends_the_answer_and_aborts(llama3_tokenizer: T
     async with pool_of(w) as pool:
         gen = Generation(spec(llama3_tokenizer), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
-    assert "".join(d.text for d in deltas) == " one two three"
-    assert [d.finish_reason for d in deltas if d.finish_reason] == ["stop"]
+    assert text(deltas) == " one two three"
+    assert finishes(deltas) == ["stop"]
     assert gen.usage.completion_tokens == 4  # three words and the EOS, not the token after it
     assert w.aborted == ["r1"], "the worker kept going after EOS: it must be aborted"
 
@@ -127,7 +161,7 @@ async def test_stop_string_across_tokens_counts_exactly(llama3_tokenizer: Tokeni
     async with pool_of(w) as pool:
         gen = Generation(spec(llama3_tokenizer, stops=("ta gam",)), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
-    assert "".join(d.text for d in deltas) == " alpha be"
+    assert text(deltas) == " alpha be"
     upto = len(ids_of(llama3_tokenizer, " alpha beta gamma"))
     assert gen.usage.completion_tokens == upto
     assert w.aborted == ["r1"]
@@ -141,8 +175,8 @@ async def test_worker_length_finish_and_repeated_final_ids(llama3_tokenizer: Tok
     async with pool_of(w) as pool:
         gen = Generation(spec(llama3_tokenizer, max_tokens=4), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
-    assert "".join(d.text for d in deltas) == " a b c d"
-    assert deltas[-1].finish_reason == "length"
+    assert text(deltas) == " a b c d"
+    assert deltas[-1] == Finish(0, "length")
     assert gen.usage.completion_tokens == 4
     assert w.aborted == [], "the worker finished by itself: nothing to abort"
 
@@ -159,8 +193,8 @@ async def test_n_choices_interleaved(llama3_tokenizer: Tokenizer) -> None:
     async with pool_of(w) as pool:
         gen = Generation(spec(llama3_tokenizer, n=2, max_tokens=2), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
-    assert "".join(d.text for d in deltas if d.index == 0) == " x y"
-    assert "".join(d.text for d in deltas if d.index == 1) == " p q"
+    assert text(deltas, 0) == " x y"
+    assert text(deltas, 1) == " p q"
     assert gen.usage.completion_tokens == 4 and w.aborted == []
 
 
@@ -171,9 +205,9 @@ async def test_min_tokens_holds_off_eos_and_stops(llama3_tokenizer: Tokenizer) -
     async with pool_of(w) as pool:
         gen = Generation(spec(llama3_tokenizer, min_tokens=3, stops=(" stop",)), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
-    text = "".join(d.text for d in deltas)
-    assert text.startswith(" stop") and text.endswith(" here now")
-    assert deltas[-1].finish_reason == "length"
+    answer = text(deltas)
+    assert answer.startswith(" stop") and answer.endswith(" here now")
+    assert deltas[-1] == Finish(0, "length")
 
 
 async def test_unreachable_worker_is_retried_on_another(llama3_tokenizer: Tokenizer) -> None:
@@ -184,7 +218,7 @@ async def test_unreachable_worker_is_retried_on_another(llama3_tokenizer: Tokeni
         gen = Generation(spec(llama3_tokenizer, max_tokens=1), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
         assert [w.healthy for w in pool.workers] == [False, True]
-    assert "".join(d.text for d in deltas) == " hi" and gen.worker_url == "grpc://up:1"
+    assert text(deltas) == " hi" and gen.worker_url == "grpc://up:1"
 
 
 async def test_failure_after_output_is_not_retried(llama3_tokenizer: Tokenizer) -> None:
@@ -216,7 +250,7 @@ async def test_non_streaming_client_gets_one_final_message(llama3_tokenizer: Tok
         gen = Generation(spec(llama3_tokenizer, client_stream=False), pool=pool, tokenizer=llama3_tokenizer)
         deltas = await run(gen)
     assert w.requests[0].stream is False, "no stop strings: the worker need not stream"
-    assert "".join(d.text for d in deltas) == " all at once"
+    assert text(deltas) == " all at once"
     assert gen.usage.completion_tokens == len(words)
 
 
@@ -247,6 +281,6 @@ async def test_messages_that_arrived_together_make_one_batch(llama3_tokenizer: T
         async with contextlib.aclosing(gen.deltas()) as it:
             batches = [batch async for batch in it]
     assert len(batches) == 2, "three messages that arrived together must go out together"
-    assert "".join(d.text for b in batches for d in b) == " one two three four"
-    assert batches[-1][-1].finish_reason == "length" and gen.usage.completion_tokens == 4
+    assert text([e for b in batches for e in b]) == " one two three four"
+    assert batches[-1][-1] == Finish(0, "length") and gen.usage.completion_tokens == 4
     assert w.aborted == []

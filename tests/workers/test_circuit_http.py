@@ -14,10 +14,9 @@ from typing import Any
 import aiohttp
 
 from node.app import RunningNode, run_node
-from node.errors import WorkerFailed
 from node.routing.config import RoutingConfig
 from node.sim.worker import SimWorker
-from node.workers.client import WorkerClient
+from node.workers.client import WorkerClient, WorkerUnavailable
 from node.workers.types import WorkerOutput, WorkerRequest
 from node.workers.vllm_grpc import VllmGrpcClient
 from tests.http.conftest import fast_sim, node_config
@@ -39,7 +38,7 @@ class BrokenEngine:
     async def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[list[WorkerOutput], None]:
         self.attempts += 1
         if self.broken:
-            raise WorkerFailed(f"worker {self._inner.url}: Generate failed: UNAVAILABLE: engine dead")
+            raise WorkerUnavailable(f"worker {self._inner.url}: Generate failed: UNAVAILABLE: engine dead")
         async for batch in self._inner.generate_batches(request):
             yield batch
 

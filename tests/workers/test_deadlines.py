@@ -145,3 +145,18 @@ async def test_a_stream_within_its_deadlines_passes_unchanged_and_is_closed() ->
 
     assert await drain(bounded(stream(), Deadlines(Limit(5), Limit(1), Limit(1)), url="w")) == [0, 1, 2, 3, 4]
     assert closed.is_set()
+
+
+async def test_a_steady_stream_outlasting_its_idle_bound_many_times_never_trips_it() -> None:
+    # One timer per stream, re-armed when it fires early: it must follow the messages, not the stream's start.
+    d = Deadlines(None, Limit(0.05), Limit(0.05))
+    assert await drain(bounded(tokens(25, then_hang=False, gap_s=0.01), d, url="w")) == list(range(25))
+
+
+async def test_a_tripped_deadline_leaves_the_consumer_task_uncancelled() -> None:
+    d = Deadlines(None, Limit(0.02), None)
+    with pytest.raises(WorkerTimeout):
+        await drain(bounded(tokens(0, then_hang=True), d, url="w"))
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0.01)  # a pending cancellation would surface here

@@ -1,0 +1,72 @@
+"""Typed output events: what the pipeline's Output stage emits and every API adapter renders into its own
+JSON or SSE. Choices are numbered across the whole request (``prompt * n + choice`` for a batch).
+
+Per choice the order is: content/reasoning/tool-call deltas, then exactly one ``Finish``. A run that ends
+normally emits one ``Usage`` last (a run that fails emits none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDelta:
+    """New answer text for choice ``index`` (may be empty when it carries only logprobs or token ids)."""
+
+    index: int
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+    token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """New reasoning text for choice ``index`` (a reasoning parser's output, node/pipeline/parser_stage.py)."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A tool call of choice ``index`` growing: its ``call`` number, then id and name once, arguments in
+    pieces (a tool-call parser's output, node/pipeline/parser_stage.py)."""
+
+    index: int
+    call: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Choice ``index`` ended: "stop" (EOS, stop token or string) or "length" (the token budget)."""
+
+    index: int
+    reason: str
+
+
+@dataclass(slots=True)
+class Usage:
+    """Tokens the answer consumed (exact even when the gateway cut it short). Accumulated while the run
+    goes; emitted once, last, when it ended normally."""
+
+    prompt_tokens: int
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+Event = ContentDelta | ReasoningDelta | ToolCallDelta | Finish | Usage

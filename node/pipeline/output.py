@@ -1,0 +1,247 @@
+"""The Output stage: worker messages in, typed events out, for the n choices of one generate spec. Pure
+(no I/O, no clock): Dispatch feeds it what the worker sent and forwards the events it returns.
+
+Per choice the chain is: detokenize → stop matching (EOS, stop_token_ids, stop strings; the gateway, not the
+engine, decides where an answer ends) → text stages (reasoning, then tool calls: ``TextStage``; the output
+parsers plug in as ``ParserStage``, none by default) → events. Usage counts only the tokens the client's
+answer consumed, so it is exact even when the gateway cut the answer short.
+
+Hot path: one ``ContentDelta`` per worker message and choice at most; ids are stepped one at a time only
+when something needs to know which token produced which text (stop strings, logprobs, token ids), else a
+whole chunk is detokenized at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from node.errors import WorkerAborted, WorkerProtocolError
+from node.pipeline.detokenize import IncrementalDetokenizer
+from node.pipeline.events import ContentDelta, Event, Finish, TokenLogprob, Usage
+from node.pipeline.spec import GenerateSpec
+from node.pipeline.stops import StopMatcher, StopSet
+from node.pipeline.tokenizer import Tokenizer
+from node.workers.types import TokenLogprobs, WorkerOutput
+
+# Detokenizer context: the prompt's last ids, so the answer's first token decodes as it would in sequence.
+PROMPT_CONTEXT_IDS = 8
+
+
+class TextStage(Protocol):
+    """One step of a choice's text chain after stop matching: the reasoning parser, then the tool-call
+    parser (``node.pipeline.parser_stage.ParserStage``, through ``Stages``). Pure and chunk-boundary invariant.
+
+    ``feed`` takes answer text, appends the events of its own kind (ReasoningDelta, ToolCallDelta) to
+    ``events`` and returns the text it leaves to the next stage (content); ``finish`` flushes what it held
+    back when the choice ends.
+    """
+
+    def feed(self, index: int, text: str, events: list[Event]) -> str: ...
+
+    def finish(self, index: int, events: list[Event]) -> str: ...
+
+
+#: The text stages of one choice, made per choice (stages keep state). None: no stages, the fast path.
+Stages = Callable[[GenerateSpec], Sequence[TextStage]]
+
+
+@dataclass(slots=True)
+class _Choice:
+    detok: IncrementalDetokenizer
+    stops: StopMatcher | None
+    stages: Sequence[TextStage] = ()
+    last_chunk: tuple[int, ...] = ()  # ids of the latest streamed chunk
+    consumed: int = 0  # ids that count as completion tokens
+    finished: bool = False
+
+
+def _ended(choice: _Choice) -> bool:
+    # A function, not an attribute test inline: mypy would narrow ``finished`` across the calls that set it.
+    return choice.finished
+
+
+def _logprob_entries(lp: TokenLogprobs | None, start: int, count: int) -> list[TokenLogprob]:
+    if lp is None:
+        return []
+    out: list[TokenLogprob] = []
+    for k in range(start, min(start + count, len(lp.token_ids))):
+        top: tuple[tuple[int, float], ...] = ()
+        if k < len(lp.top_ids):
+            top = tuple(zip(lp.top_ids[k], lp.top_logprobs[k], strict=False))
+        out.append(TokenLogprob(lp.token_ids[k], lp.logprobs[k], top))
+    return out
+
+
+class OutputProcessor:
+    """The n choices of one spec. ``feed`` every batch of worker messages; read ``complete`` (every choice
+    ended: stop reading) and ``worker_done`` (the worker itself finished every choice: nothing to abort).
+
+    Events number choices from ``index_offset`` (a batch request's k-th prompt starts at k * n).
+    """
+
+    def __init__(
+        self, spec: GenerateSpec, tokenizer: Tokenizer, *, index_offset: int = 0, stages: Stages | None = None
+    ) -> None:
+        self._spec = spec
+        self._offset = index_offset
+        self.usage = Usage(prompt_tokens=len(spec.prompt_ids))
+        n = spec.params.n
+        stop_set = StopSet(spec.stops)  # built once, shared by the n choices' matchers
+        self._choices = [
+            _Choice(
+                detok=IncrementalDetokenizer(
+                    tokenizer.raw,
+                    skip_special_tokens=spec.params.skip_special_tokens,
+                    prompt_ids=spec.prompt_ids[-PROMPT_CONTEXT_IDS:],
+                ),
+                stops=StopMatcher(stop_set, include_stop_str=spec.include_stop_str) if stop_set else None,
+                stages=stages(spec) if stages is not None else (),
+            )
+            for _ in range(n)
+        ]
+        self._open = n
+        self._worker_finished = 0  # choices the worker itself reported finished
+        # Whether the worker is asked to stream: the client streams, or stop strings need an early look.
+        self.worker_streams = spec.client_stream or bool(spec.stops)
+        # Per-token stepping is needed only to know exactly which token completed a stop string or to attach
+        # logprobs/ids to the text they produced; otherwise whole chunks are detokenized at once.
+        self._per_token = bool(spec.stops) or spec.params.logprobs is not None or spec.want_token_ids
+        # Read per token: kept as plain attributes rather than looked up through the spec each time.
+        self._min_tokens = spec.params.min_tokens
+        self._terminators = spec.terminators
+        self._want_ids = spec.want_token_ids
+
+    @property
+    def complete(self) -> bool:
+        return self._open == 0
+
+    @property
+    def worker_done(self) -> bool:
+        return self._worker_finished == len(self._choices)
+
+    def feed(self, outs: Sequence[WorkerOutput]) -> list[Event]:
+        """Events for messages that arrived together (one write to the client). Raises WorkerProtocolError
+        for a choice index past n, WorkerAborted when the worker aborted the request by itself."""
+        events: list[Event] = []
+        usage = self.usage
+        for out in outs:
+            if out.index >= len(self._choices):
+                raise WorkerProtocolError(f"the worker sent choice index {out.index} of n={len(self._choices)}")
+            usage.cached_tokens = max(usage.cached_tokens, out.cached_tokens)
+            self._consume(out, events)
+        return events
+
+    def _consume(self, out: WorkerOutput, events: list[Event]) -> None:
+        choice = self._choices[out.index]
+        if out.finish_reason is not None:
+            self._worker_finished += 1
+        if _ended(choice):
+            return
+        index = self._offset + out.index
+        ids = out.token_ids
+        start = 0
+        if out.finish_reason is None:
+            choice.last_chunk = tuple(ids)
+        elif self.worker_streams and tuple(ids) == choice.last_chunk:
+            # vLLM's servicer ends each streamed choice with a chunk and then a final message repeating that
+            # chunk's ids (its output kind is DELTA): they are not new.
+            start = len(ids)
+        new_ids = list(ids) if start == 0 else []
+        logprobs = _logprob_entries(out.logprobs, start, len(new_ids)) if self._spec.params.logprobs is not None else []
+        if self._per_token:
+            for k, token in enumerate(new_ids):
+                lp = (logprobs[k],) if k < len(logprobs) else ()
+                self._step(choice, index, [token], lp, events)
+                if _ended(choice):
+                    break
+        else:
+            self._step(choice, index, new_ids, (), events)
+        if out.finish_reason is not None and not _ended(choice):
+            reason = out.finish_reason
+            if reason == "abort":
+                raise WorkerAborted("the worker aborted the request")
+            self._finish(choice, index, "length" if reason == "length" else "stop", events)
+
+    def _step(
+        self, choice: _Choice, index: int, ids: list[int], lp: tuple[TokenLogprob, ...], events: list[Event]
+    ) -> None:
+        """Feed ids (one, when per-token) to a choice; append the events they make."""
+        # As in vLLM's stop checker, nothing ends an answer before min_tokens (the engine masks EOS and
+        # stop_token_ids until then; stop strings are not matched until then either).
+        armed = choice.consumed + len(ids) > self._min_tokens
+        terminators = self._terminators
+        if armed and not terminators.isdisjoint(ids):  # a set test in C first: the generator costs per token
+            cut = next(k for k, t in enumerate(ids) if t in terminators)
+            # The terminator counts as generated (as engines count EOS) but is not part of the text.
+            choice.consumed += cut + 1
+            self.usage.completion_tokens += cut + 1
+            text = choice.detok.step(ids[:cut]) if cut else ""
+            self._finish(choice, index, "stop", events, text=text, lp=lp)
+            return
+        choice.consumed += len(ids)
+        self.usage.completion_tokens += len(ids)
+        text = choice.detok.step(ids)
+        if choice.stops is not None and armed:
+            step = choice.stops.feed(text)
+            if step.stopped:
+                self._emit(choice, index, step.emit, events, lp=lp, token_ids=self._ids_of(ids))
+                self._close(choice, index, "stop", events)
+                return
+            text = step.emit
+        # The common case inline (no text stages): one ContentDelta or nothing; _emit otherwise.
+        if choice.stages:
+            self._emit(choice, index, text, events, lp=lp, token_ids=self._ids_of(ids))
+        elif text or lp:
+            events.append(ContentDelta(index, text, lp, tuple(ids) if self._want_ids else ()))
+        elif self._want_ids and ids:
+            events.append(ContentDelta(index, "", (), tuple(ids)))
+
+    def _ids_of(self, ids: list[int]) -> tuple[int, ...]:
+        return tuple(ids) if self._want_ids else ()
+
+    def _emit(
+        self,
+        choice: _Choice,
+        index: int,
+        text: str,
+        events: list[Event],
+        *,
+        lp: tuple[TokenLogprob, ...] = (),
+        token_ids: tuple[int, ...] = (),
+    ) -> None:
+        """Answer text (after stops) through the text stages into a content delta, if there is anything."""
+        for stage in choice.stages:
+            text = stage.feed(index, text, events)
+        if text or lp or token_ids:
+            events.append(ContentDelta(index, text, lp, token_ids))
+
+    def _finish(
+        self,
+        choice: _Choice,
+        index: int,
+        reason: str,
+        events: list[Event],
+        *,
+        text: str = "",
+        lp: tuple[TokenLogprob, ...] = (),
+    ) -> None:
+        """End a choice: flush what the detokenizer and stop matcher held back."""
+        tail = text + choice.detok.finish()
+        if choice.stops is not None:
+            step = choice.stops.feed(tail)
+            tail = step.emit if step.stopped else step.emit + choice.stops.flush()
+        self._emit(choice, index, tail, events, lp=lp)
+        self._close(choice, index, reason, events)
+
+    def _close(self, choice: _Choice, index: int, reason: str, events: list[Event]) -> None:
+        for k, stage in enumerate(choice.stages):
+            rest = stage.finish(index, events)
+            for later in choice.stages[k + 1 :]:
+                rest = later.feed(index, rest, events)
+            if rest:
+                events.append(ContentDelta(index, rest))
+        choice.finished = True
+        self._open -= 1
+        events.append(Finish(index, reason))
