@@ -34,6 +34,8 @@ async def test_one_access_line_and_histograms_per_request(
             await r.read()
         async with s.post(node.url + "/v1/completions", json={"model": "nope", "prompt": "x"}) as r:
             assert r.status == 404
+            minted = r.headers["X-Request-Id"]
+            assert (await r.json())["error"]["request_id"] == minted, "the error body names the request id"
         async with s.get(node.url + "/metrics") as r:
             metrics = await r.text()
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "node.access"]
@@ -44,6 +46,7 @@ async def test_one_access_line_and_histograms_per_request(
     assert fields["completion_tokens"] == "5" and int(fields["prompt_tokens"]) > 0
     assert 0 < float(fields["ttft_ms"]) <= float(fields["duration_ms"])
     missing = next(line for line in lines if "status=404" in line)
+    assert f"request_id={minted}" in missing
     assert "worker=-" in missing and "ttft_ms=-" in missing
     worker = f'worker="grpc://127.0.0.1:{sim.port}"'
     assert (
