@@ -50,6 +50,18 @@ def bin_dir() -> Path:
     return Path(sys.executable).parent
 
 
+REPO_DIR = Path(__file__).resolve().parent.parent
+# smg-node as this checkout's code: the venv's `smg-node` script imports whichever checkout the venv was
+# installed from (an editable install of another worktree would be benchmarked instead of this one).
+SMG_NODE = (sys.executable, "-m", "node.cli")
+
+
+def child_env() -> dict[str, str]:
+    """The environment of every process started here: this checkout first on the import path."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(REPO_DIR) + (os.pathsep + path if path else "")}
+
+
 @dataclass(slots=True)
 class Service:
     name: str
@@ -90,6 +102,7 @@ def start(name: str, cmd: Sequence[str], log_path: Path) -> Service:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - the driver starts processes from one thread
+            env=child_env(),
         )
     return Service(name=name, process=process, log_path=log_path)
 
@@ -201,8 +214,8 @@ def prepare_model(out_dir: Path, timeout_s: float = 120.0) -> Path:
     Raises:
         LaunchError: the command failed.
     """
-    cmd = [str(bin_dir() / "smg-node"), "models", "prepare", "--family", "llama3", "--out", str(out_dir)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    cmd = [*SMG_NODE, "models", "prepare", "--family", "llama3", "--out", str(out_dir)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, env=child_env())
     if done.returncode != 0:
         raise LaunchError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
     return Path(done.stdout.strip().splitlines()[-1])
@@ -211,7 +224,7 @@ def prepare_model(out_dir: Path, timeout_s: float = 120.0) -> Path:
 def sim_worker_command(port: int, model_dir: Path, flags: Sequence[str] = SIM_ZERO_LATENCY_FLAGS) -> list[str]:
     """A simulated worker; ``flags`` set its engine (default: zero latency, no prefix cache)."""
     return [
-        str(bin_dir() / "smg-node"),
+        *SMG_NODE,
         "sim-worker",
         "--host", "127.0.0.1",
         "--port", str(port),
@@ -229,7 +242,7 @@ def node_command(port: int, worker_urls: str | Sequence[str], model_dir: Path, e
     """smg-node in front of ``worker_urls``, with ``extra`` flags (a policy, mesh flags) appended."""
     workers = [arg for url in _urls(worker_urls) for arg in ("--worker", url)]
     return [
-        str(bin_dir() / "smg-node"),
+        *SMG_NODE,
         "serve",
         "--host", "127.0.0.1",
         "--port", str(port),

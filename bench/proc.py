@@ -93,3 +93,26 @@ def machine_busy_s() -> float:
 def own_cpu_s() -> float:
     """This process's CPU seconds (all threads), at full resolution."""
     return time.process_time()
+
+
+def thread_cpu_s(pids: tuple[int, ...]) -> dict[str, float]:
+    """CPU seconds (utime + stime) per thread of ``pids``, keyed ``"<pid>/<thread name>"`` for each process's
+    main thread and ``"<pid>/<thread name>/<tid>"`` for the others (Python < 3.14 does not name OS threads).
+    Subtract two readings to see which thread did the work."""
+    totals: dict[str, float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as handle:
+                    raw = handle.read()
+            except FileNotFoundError:
+                continue
+            name = raw[raw.index(b"(") + 1 : raw.rindex(b")")].decode("utf-8", "replace").rstrip("0123456789_")
+            fields = raw[raw.rindex(b")") + 2 :].split()
+            key = f"{pid}/{name}" if tid == str(pid) else f"{pid}/{name}/{tid}"
+            totals[key] = totals.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+    return totals

@@ -119,10 +119,18 @@ class MemberView:
 View = dict[str, MemberView]
 
 
-def fetch_view(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> View | None:
-    """The members a node lists at ``url``, or None if it does not answer in time."""
+def _open(url: str, timeout_s: float, api_key: str) -> urllib.request.Request | str:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return urllib.request.Request(url, headers=headers) if headers else url
+
+
+def fetch_view(url: str, timeout_s: float = HTTP_TIMEOUT_S, api_key: str = "") -> View | None:
+    """The members a node lists at ``url`` (asked with ``api_key`` if the cluster needs one), or None if it
+    does not answer in time."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/mesh/members", timeout=timeout_s) as resp:
+        with urllib.request.urlopen(
+            _open(url.rstrip("/") + "/mesh/members", timeout_s, api_key), timeout=timeout_s
+        ) as resp:
             body = json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -130,11 +138,11 @@ def fetch_view(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> View | None:
     return {m["name"]: MemberView.from_json(m, generated_at) for m in body["members"]}
 
 
-def fetch_mesh_metrics(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> dict[str, float] | None:
+def fetch_mesh_metrics(url: str, timeout_s: float = HTTP_TIMEOUT_S, api_key: str = "") -> dict[str, float] | None:
     """The node's unlabelled mesh counters from GET /metrics (``smg_node_mesh_deaths_total`` → ``deaths``),
     or None if it does not answer in time."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=timeout_s) as resp:
+        with urllib.request.urlopen(_open(url.rstrip("/") + "/metrics", timeout_s, api_key), timeout=timeout_s) as resp:
             text = resp.read().decode()
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -252,8 +260,10 @@ def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str, interv
 class Cluster:
     """Real node processes sharing one worker; a context manager that kills every node on exit."""
 
-    def __init__(self, *, workdir: Path, model_dir: Path, worker_url: str, profile: Profile) -> None:
+    def __init__(self, *, workdir: Path, model_dir: Path, worker_url: str, profile: Profile, api_key: str = "") -> None:
+        """``api_key``: the key our observations are made with, when the nodes require one."""
         self.workdir = workdir
+        self.api_key = api_key
         self.model_dir = model_dir
         self.worker_url = worker_url
         self.profile = profile
@@ -302,7 +312,7 @@ class Cluster:
             for node in nodes:
                 if node.proc is not None and node.proc.poll() is not None:
                     raise RuntimeError(f"{node.name} exited with {node.proc.returncode}:\n{self.tail(node)}")
-            return all(fetch_view(n.url) is not None for n in nodes)
+            return all(fetch_view(n.url, api_key=self.api_key) is not None for n in nodes)
 
         wait_until(up, timeout_s=timeout_s, what="nodes to serve /mesh/members", interval_s=0.2)
 
@@ -337,13 +347,13 @@ class Cluster:
     # -- observation --
 
     def views(self, observers: Iterable[Node]) -> dict[str, View | None]:
-        return {n.name: fetch_view(n.url) for n in observers}
+        return {n.name: fetch_view(n.url, api_key=self.api_key) for n in observers}
 
     def counters(self, observers: Iterable[Node], name: str) -> dict[str, float]:
         """One mesh counter (e.g. ``deaths``) of each observer; raises RuntimeError if one does not answer."""
         out: dict[str, float] = {}
         for node in observers:
-            metrics = fetch_mesh_metrics(node.url)
+            metrics = fetch_mesh_metrics(node.url, api_key=self.api_key)
             if metrics is None:
                 raise RuntimeError(f"{node.name} did not serve /metrics")
             out[node.name] = metrics[name]

@@ -14,12 +14,18 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
+from aiohttp import web
+from aiohttp.typedefs import Middleware
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
+from node.auth.authenticator import ApiKeyAuthenticator
+from node.auth.config import read_bootstrap_key
+from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
@@ -27,12 +33,17 @@ from node.config import HttpConfig, NodeConfig
 from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
 from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
+from node.http.auth_middleware import auth_middleware
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
+from node.http.keys_api import add_key_routes
+from node.http.limits_api import add_limit_routes
+from node.http.limits_middleware import add_rate_headers, limits_middleware
 from node.http.mesh_routes import add_mesh_routes
-from node.http.middleware import request_identity
+from node.http.middleware import errors, request_identity
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
 from node.http.status import add_status_routes
+from node.http.tls import ServerTls, TlsFiles
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
 from node.metrics import NodeMetrics
@@ -64,6 +75,10 @@ class RunningNode:
     pool: WorkerPool
     shared: SharedState
     mesh: Mesh | None = None
+    #: HTTPS: the live context and its reload (SIGHUP), or None for plain HTTP.
+    tls: ServerTls | None = None
+    #: The admin API's own listener (--admin-bind), or None when the main port serves it.
+    admin_url: str | None = None
 
 
 #: Connections the kernel queues before we accept them (a burst of clients connecting at once).
@@ -93,8 +108,16 @@ async def run_node(
     span_exporter: SpanExporter | None = None,
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
-    WorkerTlsError on unusable worker TLS files. ``span_exporter`` replaces the OTLP exporter of traced
-    requests (tests)."""
+    WorkerTlsError on unusable worker TLS files, AuthConfigError on an unreadable bootstrap key file.
+    ``span_exporter`` replaces the OTLP exporter of traced requests (tests)."""
+    # Read before anything starts: a bad key file stops the node with the file named.
+    bootstrap_key = read_bootstrap_key(config.auth)
+    http = config.http
+    tls = (
+        ServerTls(TlsFiles(http.tls_cert_file, http.tls_key_file, http.tls_client_ca_file))
+        if http.tls_cert_file
+        else None
+    )
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
         supervisor = Supervisor()
@@ -206,6 +229,17 @@ async def run_node(
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
         lag_monitor.export(metrics.registry)
+        middlewares: list[Middleware] = []
+        if config.auth.enforced(config.http.host):
+            authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
+            failures = metrics.auth_failures
+            jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
+            middlewares.append(
+                auth_middleware(authenticator, jwt=jwt, on_failure=lambda f: failures.labels(f.reason).inc())
+            )
+            middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
+        else:
+            log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)
         gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
         metrics.watch_connections(gate)
         app = build_app(
@@ -224,11 +258,18 @@ async def run_node(
             limits=config.limits,
             observe=observe(metrics, tracing_=tracing, access_log_on=telemetry.access_log, identity=request_identity),
             drain=drain,
+            inner_middlewares=middlewares,
         )
+        # The admin API on the main port, or on its own listener (--admin-bind), behind the same auth.
+        admin = app if config.auth.admin_addr is None else web.Application(middlewares=[errors({}), *middlewares])
         if mesh is not None:
-            add_mesh_routes(app, mesh)
-        add_worker_routes(app, pool, shared.registry)
-        add_status_routes(app, pool=pool, models=models, metrics=metrics, mesh=mesh)
+            add_mesh_routes(admin, mesh)
+        add_worker_routes(admin, pool, shared.registry)
+        add_key_routes(admin, shared.keys)
+        add_limit_routes(admin, shared.tenant_limits)
+        app.on_response_prepare.append(add_rate_headers)
+        add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh)
+        admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
@@ -241,11 +282,22 @@ async def run_node(
             port=config.http.port,
             backlog=LISTEN_BACKLOG,
             reuse_port=config.http.reuse_port,
+            ssl_context=tls.context if tls is not None else None,
         )
         stack.callback(listener.close)  # stop accepting first; runner.cleanup then drains the open connections
         port = int(listener.sockets[0].getsockname()[1])  # with port 0 the OS picked it
         host = config.http.host if ":" not in config.http.host else f"[{config.http.host}]"
-        node = RunningNode(url=f"http://{host}:{port}", port=port, model=model, pool=pool, shared=shared, mesh=mesh)
+        scheme = "https" if tls is not None else "http"
+        node = RunningNode(
+            url=f"{scheme}://{host}:{port}",
+            port=port,
+            model=model,
+            pool=pool,
+            shared=shared,
+            mesh=mesh,
+            tls=tls,
+            admin_url=admin_url,
+        )
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
         # Unwound first: readiness 503 and the mesh leave start before the listener closes.
@@ -259,6 +311,21 @@ async def run_node(
 def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
     drain.start(leave=functools.partial(leave_mesh, mesh) if mesh is not None else None)
     log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
+
+
+async def _serve_admin(stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None) -> str:
+    """Serve the admin application on ``addr`` until the stack unwinds; returns its URL (plain HTTP: an
+    operator network, like the mesh's)."""
+    assert addr is not None
+    runner = web.AppRunner(admin, access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(runner, addr[0], addr[1])
+    await site.start()
+    port = int(runner.addresses[0][1])
+    host = addr[0] if ":" not in addr[0] else f"[{addr[0]}]"
+    log.info("admin API on http://%s:%d", host, port)
+    return f"http://{host}:{port}"
 
 
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:

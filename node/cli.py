@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -57,7 +58,11 @@ def load_node_config(
 ) -> NodeConfig:
     """The node's config (`serve`, `demo`): ``overrides`` maps section -> field -> value."""
     merged = {**(overrides or {}), "model": {**(overrides or {}).get("model", {}), **model_overrides}}
-    return NodeConfig(**load_sections(NODE_SECTIONS, args, merged))
+    sections = load_sections(NODE_SECTIONS, args, merged)
+    try:
+        return NodeConfig(**sections)
+    except ValueError as exc:  # a check across sections (an open node on a public address)
+        raise configload.ConfigError(str(exc)) from exc
 
 
 def _run(main: Callable[[asyncio.Event], Awaitable[None]], *, drain: bool = False) -> int:
@@ -135,7 +140,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 argv=[*args.argv, *pinned],
                 count=count,
                 grace_s=config.http.drain_timeout_s,
-                hangup=bool(config.cluster.mesh_key_file),  # the children reload it on SIGHUP
+                # the children reload the mesh key file and the TLS certificate on SIGHUP
+                hangup=bool(config.cluster.mesh_key_file or config.http.tls_cert_file),
                 metrics_dir=shared_metrics,
             )
             return group.run()
@@ -143,14 +149,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
             shutil.rmtree(shared_metrics, ignore_errors=True)
             if keyfile is not None:
                 os.unlink(keyfile)
-    from node.app import run_node
+    from node.app import RunningNode, run_node
     from node.cluster.keys import KeyFileReload
 
     async def main(stop: asyncio.Event) -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)
-        if hangup.path:  # key rotation without a restart: SIGHUP re-reads --mesh-key-file
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
+        serving: list[RunningNode] = []
+
+        def on_hangup() -> None:
+            # Rotation without a restart: SIGHUP re-reads --mesh-key-file and the HTTPS certificate files.
+            if hangup.path:
+                hangup()
+            for node in serving:
+                if node.tls is not None:
+                    node.tls.reload()
+
+        if hangup.path or config.http.tls_cert_file:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hangup)
         async with run_node(config) as node:
+            serving.append(node)
             print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
             with hangup.serving(node.mesh):
                 await stop.wait()
@@ -239,40 +256,69 @@ Press Ctrl-C to stop.
 """
 
 
+#: The env var the admin commands (keys, join, members) read the caller's API key from (or --api-key-file).
+API_KEY_ENV = "SMG_NODE_API_KEY"
+
+
+def _api_key(args: argparse.Namespace) -> str:
+    """The caller's API key: --api-key-file, else $SMG_NODE_API_KEY, else none. Never a flag value."""
+    path = getattr(args, "api_key_file", None)
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SystemExit(f"error: --api-key-file {path}: {exc.strerror or exc}") from None
+    return os.environ.get(API_KEY_ENV, "")
+
+
 def _node_request(
-    node: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 60, waiting_for: str = ""
+    node: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    timeout_s: float = 60,
+    waiting_for: str = "",
+    *,
+    method: str | None = None,
+    api_key: str = "",
 ) -> Any:
-    """Call a running node's HTTP API; returns the decoded JSON or raises SystemExit with its error.
-    ``waiting_for``: what a wait is for, printed as a progress line on stderr while the call lasts over a second."""
+    """Call a running node's HTTP API (as ``api_key`` if given); returns the decoded JSON or raises SystemExit
+    with its error. ``waiting_for``: what a wait is for, printed as a progress line on stderr while the call
+    lasts over a second."""
     import concurrent.futures
 
     from node.progress import EVERY_S, FIRST_AFTER_S
 
+    call = functools.partial(_node_call, node, path, body, timeout_s, method=method, api_key=api_key)
     if not waiting_for:
-        return _node_call(node, path, body, timeout_s)
+        return call()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        call = pool.submit(_node_call, node, path, body, timeout_s)
+        future = pool.submit(call)
         waited, pause = 0.0, FIRST_AFTER_S
         while True:
             try:
-                return call.result(timeout=pause)
+                return future.result(timeout=pause)
             except concurrent.futures.TimeoutError:
                 waited += pause
                 pause = EVERY_S
                 print(f"waiting for {waiting_for} ({waited:.0f} of {timeout_s:.0f} s)", file=sys.stderr, flush=True)
 
 
-def _node_call(node: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
+def _node_call(
+    node: str, path: str, body: dict[str, Any] | None, timeout_s: float, *, method: str | None, api_key: str
+) -> Any:
     import json
     import urllib.error
     import urllib.request
 
     data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(
         node.rstrip("/") + path,
         data=data,
-        headers={"Content-Type": "application/json"},
-        method="POST" if data else "GET",
+        headers=headers,
+        method=method or ("POST" if data else "GET"),
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
@@ -323,13 +369,14 @@ def cmd_join(args: argparse.Namespace) -> int:
         {"peers": args.peers},
         timeout_s=args.timeout_s,
         waiting_for=f"{args.node} to join the cluster through {peers}",
+        api_key=_api_key(args),
     )
     print(f"joined through {result['joined']} peer(s); the cluster has {result['members']} member(s)")
     return 0
 
 
 def cmd_members(args: argparse.Namespace) -> int:
-    result = _node_request(args.node, "/mesh/members", timeout_s=10)
+    result = _node_request(args.node, "/mesh/members", timeout_s=10, api_key=_api_key(args))
     if args.json:
         import json
 
@@ -363,7 +410,7 @@ def _pct(x: float | None) -> str | None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    s = _node_request(args.node, "/status.json", timeout_s=10)
+    s = _node_request(args.node, "/status.json", timeout_s=10, api_key=_api_key(args))
     if args.json:
         import json
 
@@ -402,6 +449,46 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("\nREQUESTS (the answering process)")
     c = r["by_class"]
     _table(("TOTAL", "2XX", "4XX", "5XX", "IN FLIGHT"), [(r["total"], c["2xx"], c["4xx"], c["5xx"], r["in_flight"])])
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    import json
+
+    key = _api_key(args)
+    if args.keys_command == "create":
+        limits = {
+            "requests_per_minute": args.rpm,
+            "tokens_per_minute": args.tpm,
+            "concurrent": args.concurrent,
+        }
+        body = {
+            "tenant": args.tenant,
+            "role": args.role,
+            "name": args.name,
+            "expires_in_s": args.expires_in_s,
+            "limits": limits,
+        }
+        created = _node_request(args.node, "/admin/keys", body, api_key=key)
+        print(json.dumps(created, indent=2) if args.json else created["key"])
+        if not args.json:
+            print(f"(id {created['id']}: the key is shown only now; store it)", file=sys.stderr)
+        return 0
+    if args.keys_command == "revoke":
+        _node_request(args.node, f"/admin/keys/{args.key_id}", method="DELETE", api_key=key)
+        print(f"revoked {args.key_id}")
+        return 0
+    listed = _node_request(args.node, "/admin/keys", api_key=key)["data"]
+    if args.json:
+        print(json.dumps(listed, indent=2))
+        return 0
+    rows = [("ID", "NAME", "TENANT", "ROLE", "STATE")]
+    for k in listed:
+        state = "revoked" if k["revoked_at"] else "live"
+        rows.append((k["id"], k["name"], k["tenant"], k["role"], state))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
 
 
@@ -464,7 +551,34 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="a node's view of the cluster: members, workers, models, requests")
     status.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
     status.add_argument("--json", action="store_true", help="print the JSON of GET /status.json")
+    status.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help=f"a reader (or admin) key, when the node requires keys (or ${API_KEY_ENV})",
+    )
     status.set_defaults(func=cmd_status)
+
+    key_help = f"file holding your API key (default: ${API_KEY_ENV})"
+    for command in (join, members):
+        command.add_argument("--api-key-file", metavar="FILE", help=key_help)
+    keys = sub.add_parser("keys", help="create, list and revoke the cluster's API keys (an admin key is needed)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="create a key; prints it (the only time it is shown)")
+    create.add_argument("--tenant", default="default", help="the tenant the key's requests belong to")
+    create.add_argument("--role", choices=("admin", "user", "reader"), default="user")
+    create.add_argument("--name", default="", help="a label shown in listings")
+    create.add_argument("--expires-in-s", type=int, default=0, help="lifetime in seconds (0: never expires)")
+    create.add_argument("--rpm", type=int, default=0, help="requests per minute (0: no limit)")
+    create.add_argument("--tpm", type=int, default=0, help="tokens per minute (0: no limit)")
+    create.add_argument("--concurrent", type=int, default=0, help="requests at once (0: no limit)")
+    listing = keys_sub.add_parser("list", help="the cluster's keys (never their secrets)")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key on every node")
+    revoke.add_argument("key_id", help="the key's id (the 8 characters after smg-)")
+    for command in (create, listing, revoke):
+        command.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of a node")
+        command.add_argument("--api-key-file", metavar="FILE", help=key_help)
+        command.add_argument("--json", action="store_true", help="print the API's JSON")
+    keys.set_defaults(func=cmd_keys)
 
     models = sub.add_parser("models", help="model folders")
     models_sub = models.add_subparsers(dest="models_command", required=True)
@@ -489,6 +603,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(raw)
     args.argv = raw  # the command line as given, for `serve --processes N` to start its children with
     from mesh import MeshError
+    from node.auth.config import AuthConfigError
+    from node.http.tls import TlsFilesError
     from node.pipeline.model import ModelFolderError
     from node.pipeline.template import TemplateError
     from node.workers.channel_config import WorkerTlsError
@@ -497,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except configload.ConfigError as exc:
         parser.error(str(exc))
-    except (ModelFolderError, TemplateError, WorkerTlsError, MeshError) as exc:
+    except (ModelFolderError, TemplateError, WorkerTlsError, MeshError, TlsFilesError, AuthConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # a port in use, an unreadable file, a name that does not resolve: the operator's to fix

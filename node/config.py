@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
+from node.auth.config import AuthConfig
 from node.cluster.config import ClusterConfig
 from node.discovery.config import DiscoveryConfig
 from node.routing.config import RoutingConfig
@@ -95,6 +96,15 @@ class HttpConfig:
         },
     )
 
+    tls_cert_file: str = field(
+        default="",
+        metadata={"help": "PEM certificate (chain) to serve HTTPS with (and --tls-key-file); re-read on SIGHUP"},
+    )
+    tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM private key of --tls-cert-file"})
+    tls_client_ca_file: str = field(
+        default="", metadata={"help": "PEM CA: clients must present a certificate it signed (mutual TLS)"}
+    )
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
@@ -105,6 +115,10 @@ class HttpConfig:
             raise ValueError(f"max_connections must be >= 0, got {self.max_connections}")
         for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "write_timeout_s"):
             _positive(name, getattr(self, name))
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file (HTTPS)")
         if self.processes < 0:
             raise ValueError(f"processes must be >= 0, got {self.processes}")
 
@@ -444,12 +458,20 @@ class NodeConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        """Raises AuthConfigError (a ValueError) for an open node on a non-loopback address (see AuthConfig)."""
+        self.auth.enforced(self.http.host)
+        admin = self.auth.admin_addr
+        if admin is not None:
+            self.auth.enforced(admin[0])
 
 
 def _sections(config: type[object]) -> Mapping[str, type[object]]:

@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+_NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
+
 
 class GatewayError(Exception):
-    """Base: a request failed with a status the client should see. ``param`` names the offending field."""
+    """Base: a request failed with a status the client should see. ``param`` names the offending field;
+    ``headers`` go on the error response (WWW-Authenticate, Retry-After)."""
 
     status = 500
     error_type = "server_error"
     code: str | None = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] = _NO_HEADERS,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers = headers
         if code is not None:
             self.code = code
 
@@ -31,6 +46,30 @@ class ModelNotFound(GatewayError):
     status = 404
     error_type = "invalid_request_error"
     code = "model_not_found"
+
+
+class Unauthorized(GatewayError):
+    """Missing or bad credentials (OpenAI answers 401 invalid_api_key)."""
+
+    status = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(GatewayError):
+    """A valid identity without the right to this route."""
+
+    status = 403
+    error_type = "invalid_request_error"
+    code = "insufficient_permissions"
+
+
+class RateLimited(GatewayError):
+    """A limit of the caller's identity is exhausted (headers carry Retry-After and x-ratelimit-*)."""
+
+    status = 429
+    error_type = "requests"
+    code = "rate_limit_exceeded"
 
 
 class NotFound(GatewayError):

@@ -250,6 +250,30 @@ class _BoundedLabel:
         return value
 
 
+class _LimitsCollector(Collector):
+    """The limiter's refusals and whether it enforces a reduced share (cut off from part of the cluster)."""
+
+    def __init__(self, shared: SharedState) -> None:
+        self._limiter = shared.limiter
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        refused = CounterMetricFamily(
+            "smg_node_rate_limited", "Requests refused 429, by the limit that refused them.", labels=["limit"]
+        )
+        for kind, count in self._limiter.refused.items():
+            refused.add_metric([kind], count)
+        yield refused
+        share = self._limiter.share()
+        yield GaugeMetricFamily(
+            "smg_node_limits_share",
+            "Share of each limit this node admits: 1 when it sees the whole cluster, less while cut off (fail-safe).",
+            value=share,
+        )
+        yield GaugeMetricFamily(
+            "smg_node_limits_degraded", "1 while this node enforces limits on a partial view.", value=float(share < 1)
+        )
+
+
 class _ConnectionCollector(Collector):
     """Client connections (node/http/connections.py): open, the cap, and what the bounds closed or refused."""
 
@@ -394,6 +418,12 @@ class NodeMetrics:
         self._worker_label = _BoundedLabel(MAX_WORKER_LABELS, OTHER_WORKER)
         self.tally = RequestTally()  # this process's totals, for the status page
         self._series: dict[tuple[str, str, int, str], _Series] = {}
+        self.auth_failures = Counter(
+            "smg_node_auth_failures",
+            "Requests refused 401, by reason (missing, malformed, unknown, revoked, expired).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.view.register(_WorkerCollector(pool))
         self.view.register(_RoutingCollector(pool))
 
@@ -405,6 +435,7 @@ class NodeMetrics:
 
     def watch_state(self, shared: SharedState) -> None:
         self.view.register(_StateCollector(shared))
+        self.view.register(_LimitsCollector(shared))
 
     def watch_tokenizer(self, tokenizer: Tokenizer) -> None:
         self.view.register(_TokenizerCacheCollector(tokenizer))

@@ -48,3 +48,8 @@ def llama3_tokenizer(llama3_model_dir: Path) -> Tokenizer:
 @pytest.fixture(scope="session")
 def deepseek_tokenizer(deepseek_model_dir: Path) -> Tokenizer:
     return Tokenizer.from_file(deepseek_model_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(qwen_model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_file(qwen_model_dir)

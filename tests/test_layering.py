@@ -42,6 +42,9 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     # The simulated engine reads model folders with the gateway's reader (one reader, not two copies), which
     # lives in the pipeline package; it is no pipeline stage and can move beside node/models/, then this goes.
     ("node.sim.model_folder", "node.pipeline.model"),
+    # The simulated engine answers in the model family's markup, found by the gateway's detector (one
+    # detector, not two); it is no pipeline stage and can move beside node/models/ with the reader, then this goes.
+    ("node.sim.worker", "node.pipeline.parsers.detect"),
 })  # fmt: skip
 
 #: What of `mesh` the node may import: its two facades, never the modules behind them.

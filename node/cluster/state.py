@@ -1,5 +1,5 @@
-"""The node's share of the replicated cluster state: the worker registry, health observations and routing
-hints, carried by the mesh (or kept locally when the node runs alone).
+"""The node's share of the replicated cluster state: the worker registry, the API keys, health observations
+and routing hints, carried by the mesh (or kept locally when the node runs alone).
 
 One ``ClusterState`` per node process, named like its mesh member so membership and state agree on who is
 alive. The mesh's single delegate slot is split into channels (``mesh.channels``): the replicated state on
@@ -23,9 +23,12 @@ from typing import Protocol
 
 from mesh import MAX_CHANNEL_MSG_BYTES, BestEffortBroadcast, Channels, Mesh
 from mesh.state import ClusterState, StateConfig, live_members
+from node.cluster.api_keys import ApiKeyTable
 from node.cluster.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
 from node.cluster.hint_snapshot import HintSnapshot
+from node.cluster.limiter import INFLIGHT_SHARDS, INFLIGHT_TABLE, ClusterLimiter
 from node.cluster.registry import WorkerRegistry
+from node.cluster.tenant_limits import TenantLimits
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,10 @@ def mesh_delegate() -> Channels:
 
 def state_config() -> StateConfig:
     """The node's StateConfig: deltas fit a channel message; health rows are sharded by worker."""
-    return StateConfig(max_delta_bytes=MAX_CHANNEL_MSG_BYTES, table_shards=((HEALTH_TABLE, HEALTH_SHARDS),))
+    return StateConfig(
+        max_delta_bytes=MAX_CHANNEL_MSG_BYTES,
+        table_shards=((HEALTH_TABLE, HEALTH_SHARDS), (INFLIGHT_TABLE, INFLIGHT_SHARDS)),
+    )
 
 
 @dataclass(slots=True)
@@ -57,11 +63,15 @@ class SharedState:
     hints: BestEffortBroadcast
     hint_snapshot: HintSnapshot
     mesh: Mesh | None
+    keys: ApiKeyTable
+    limiter: ClusterLimiter
+    tenant_limits: TenantLimits
 
     def alive_members(self) -> list[str] | None:
         return live_members(self.mesh) if self.mesh is not None else None
 
     def tick(self) -> None:
+        self.limiter.tick()
         self.state.tick(time.time(), self.alive_members())
         self.board.tick()
 
@@ -91,8 +101,20 @@ def open_shared_state(
         channels.attach(HINTS_CHANNEL, hints)
         channels.attach(HINT_SNAPSHOT_CHANNEL, snapshot)
     board = HealthBoard(state, publish_interval_s=health_publish_interval_s)
+
+    def alive() -> list[str] | None:
+        return live_members(mesh) if mesh is not None else None
+
     return SharedState(
-        state=state, registry=WorkerRegistry(state), board=board, hints=hints, hint_snapshot=snapshot, mesh=mesh
+        state=state,
+        registry=WorkerRegistry(state),
+        board=board,
+        hints=hints,
+        hint_snapshot=snapshot,
+        mesh=mesh,
+        keys=ApiKeyTable(state),
+        limiter=ClusterLimiter(state, alive=alive),
+        tenant_limits=TenantLimits(state),
     )
 
 

@@ -27,6 +27,7 @@ import asyncio
 import logging
 import resource
 import socket
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -288,7 +289,14 @@ class _Refused(asyncio.Protocol):
 
 
 async def listen(
-    runner: web.AppRunner, gate: ConnectionGate, *, host: str, port: int, backlog: int, reuse_port: bool
+    runner: web.AppRunner,
+    gate: ConnectionGate,
+    *,
+    host: str,
+    port: int,
+    backlog: int,
+    reuse_port: bool,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> asyncio.Server:
     """Serve ``runner``'s application on host:port, every connection through ``gate``. The caller closes the
     returned server (stop accepting) before ``runner.cleanup()`` (which drains the open connections)."""
@@ -304,4 +312,4 @@ async def listen(
         return GuardedHandler(server, gate, handler_args) if gate.admit() else _Refused()
 
     loop = asyncio.get_running_loop()
-    return await loop.create_server(connection, host, port, backlog=backlog, reuse_port=reuse_port)
+    return await loop.create_server(connection, host, port, backlog=backlog, reuse_port=reuse_port, ssl=ssl_context)

@@ -46,6 +46,7 @@ def error_response(exc: GatewayError) -> web.Response:
         status=exc.status,
         body=error_body(exc.message, exc.error_type, param=exc.param, code=exc.code),
         content_type="application/json",
+        headers=exc.headers,
     )
 
 

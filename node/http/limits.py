@@ -92,6 +92,12 @@ def _sampling(
             )
 
 
+def _constraints(req: SamplingFields, limits: RequestLimits) -> None:
+    """Structured-output fields: nested JSON (schemas) walked later, so bounded in depth here first."""
+    for name in ("response_format", "structured_outputs", "guided_json", "guided_choice"):
+        _depth(name, getattr(req, name), limits.max_json_depth)
+
+
 def _tools(param: str, tools: list[Any] | None, limits: RequestLimits) -> None:
     if not tools:
         return
@@ -109,6 +115,7 @@ def _chat(req: ChatCompletionRequest, limits: RequestLimits) -> None:
     else:
         requested, param = req.max_tokens, "max_tokens"
     _sampling(req, limits, choices=req.n, max_tokens=requested, param=param, logprobs=req.logprobs)
+    _constraints(req, limits)
     if req.top_logprobs is not None and req.top_logprobs > limits.max_top_logprobs:
         raise _over("top_logprobs", "is", req.top_logprobs, limits.max_top_logprobs, "max_top_logprobs")
     _count("messages", req.messages, limits.max_messages, "max_messages")
@@ -135,6 +142,7 @@ def _completion(req: CompletionRequest, limits: RequestLimits) -> None:
     )
     if req.logprobs is not None and req.logprobs > limits.max_top_logprobs:
         raise _over("logprobs", "is", req.logprobs, limits.max_top_logprobs, "max_top_logprobs")
+    _constraints(req, limits)
     _depth("prompt", req.prompt, limits.max_json_depth)  # the shape itself is checked by the endpoint
 
 
@@ -158,6 +166,8 @@ def _items(param: str, items: list[Any] | None, limits: RequestLimits) -> None:
 
 def _responses(req: ResponsesRequest, limits: RequestLimits) -> None:
     _sampling(req, limits, choices=req.n, max_tokens=req.max_output_tokens, param="max_output_tokens", logprobs=False)
+    _constraints(req, limits)
+    _depth("text", req.text, limits.max_json_depth)
     if isinstance(req.input, list):
         _items("input", req.input, limits)
     _tools("tools", req.tools, limits)

@@ -1,12 +1,14 @@
 """The middleware chain, configured in one place (``middleware_chain``), outermost first:
 
-    (outer)          what the composition root puts first: the connection gate
-    observe          metrics, access log line and server span of every answer (node/telemetry/observe.py;
-                     outside errors: it sees the status they made)
-    errors           maps every exception to the route's API error envelope, never a traceback
-    request context  request id, tenant, routing key: made once here, read by every stage (context_of)
+(outer)          what the composition root puts first: the connection gate
+observe          metrics, access log line and server span of every answer (node/telemetry/observe.py;
+             outside errors: it sees the status they made)
+errors           maps every exception to the route's API error envelope, never a traceback
+request context  request id, tenant, routing key: made once here, read by every stage (context_of)
 
-Authentication and rate limits plug in as further entries of the same list.
+(inner)          authentication and limits (node/http/auth_middleware.py, limits_middleware.py): inside
+             the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
+             the context, whose tenant and identity come from the verified credential
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
 from node.errors import GatewayError
+from node.http.auth_middleware import IDENTITY
 from node.http.envelopes import OPENAI, EdgeError, ErrorEnvelope
 from node.http.tenancy import ApiConfig, tenant_of
 from node.pipeline.context import RequestContext
@@ -54,6 +57,7 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
         )
         ctx.span = record.current().span  # the observe middleware's server span (INVALID_SPAN: not traced)
         request[CONTEXT_KEY] = ctx  # first: the response carries the id even when the tenant is refused
+        ctx.identity = request.get(IDENTITY)
         ctx.tenant = tenant_of(request, tenancy)
         return await handler(request)
 
@@ -83,7 +87,7 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
             return await handler(request)
         except GatewayError as exc:
             error = EdgeError.of(exc)
-            headers: dict[str, str] = {}
+            headers: dict[str, str] = dict(exc.headers)  # WWW-Authenticate, Retry-After, x-ratelimit-*
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -113,6 +117,7 @@ def middleware_chain(
     envelopes: Mapping[AbstractRoute, ErrorEnvelope],
     tenancy: ApiConfig,
     routing_key_header: str,
+    inner: Sequence[Middleware] = (),
 ) -> list[Middleware]:
     """The chain, outermost first (see the module docstring); ``outer`` go before all of it (the connection
     gate, node/http/connections.py, which must see every request first)."""
@@ -120,5 +125,6 @@ def middleware_chain(
         *outer,
         metrics,
         errors(envelopes),
+        *inner,
         request_context(tenancy=tenancy, routing_key_header=routing_key_header),
     ]

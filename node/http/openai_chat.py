@@ -88,9 +88,12 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
             param="continue_final_message",
         )
     use_completion_tokens = req.max_completion_tokens is not None
+    tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
+    constrained = common.output_constraint(req, tools=tools, tool_choice=req.tool_choice)
     prompt = ChatPrompt(
         messages=template_messages(req.messages),
-        tools=[msgspec.to_builtins(t) for t in req.tools] if req.tools else None,
+        # tool_choice "none": the model is not told about the tools at all, so it cannot call one.
+        tools=tools if req.tool_choice != "none" else None,
         add_generation_prompt=req.add_generation_prompt,
         continue_final_message=req.continue_final_message,
         template_kwargs=req.chat_template_kwargs,
@@ -107,6 +110,7 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
         stream=req.stream,
         budget_param="max_completion_tokens" if use_completion_tokens else "max_tokens",
         prompt_param="messages",
+        constraint=constrained.constraint if constrained is not None else None,
     )
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from node.errors import InvalidRequest
 from node.http.adapter import AdapterEnv
 from node.http.envelopes import OPENAI, ErrorEnvelope
 from node.http.openai_types import SamplingFields
+from node.pipeline import constraints
+from node.pipeline.constraints import OutputConstraint
 from node.pipeline.events import TokenLogprob, Usage
 from node.pipeline.request import Sampling
 from node.pipeline.served_model import ServedModel
@@ -47,6 +50,25 @@ def sampling_of(req: SamplingFields, *, max_tokens: int | None, logprobs: int | 
         include_stop_str=req.include_stop_str_in_output,
         logprobs=logprobs,
         max_tokens=max_tokens,
+    )
+
+
+def output_constraint(
+    req: SamplingFields,
+    *,
+    tools: Sequence[Any] | None = None,
+    tool_choice: object = None,
+    text_format: object = None,
+) -> OutputConstraint | None:
+    """The structured-output constraint the request sets (node.pipeline.constraints); raises InvalidRequest."""
+    legacy = {name: getattr(req, name) for name in constraints.LEGACY_FIELDS}
+    return constraints.resolve(
+        response_format=req.response_format,
+        text_format=text_format,
+        structured_outputs=req.structured_outputs,
+        legacy=legacy,
+        tools=tools,
+        tool_choice=tool_choice,
     )
 
 

@@ -55,6 +55,7 @@ def completion_request(req: CompletionRequest) -> GenerateRequest:
         raise InvalidRequest("'best_of' must equal 'n' (server-side best-of is not supported).", param="best_of")
     if req.logprobs is not None and req.logprobs < 0:  # upper bound: RequestLimits.max_top_logprobs
         raise InvalidRequest("'logprobs' must be >= 0.", param="logprobs")
+    constrained = common.output_constraint(req)
     return GenerateRequest(
         model=req.model,
         prompts=_prompts(req),
@@ -63,6 +64,7 @@ def completion_request(req: CompletionRequest) -> GenerateRequest:
         want_token_ids=req.logprobs is not None,
         budget_param="max_tokens",
         prompt_param="prompt",
+        constraint=constrained.constraint if constrained is not None else None,
     )
 
 

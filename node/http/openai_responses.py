@@ -98,7 +98,8 @@ class _Turn:
             "top_p": self.top_p,
             "tool_choice": req.tool_choice,
             "tools": self.tools,
-            "text": {"format": {"type": "text"}},
+            # Echoed as sent (node.pipeline.constraints validated it), the default when absent.
+            "text": req.text if isinstance(req.text, dict) and req.text.get("format") else {"format": {"type": "text"}},
             "truncation": "disabled",
             "usage": usage_object(usage) if usage is not None else None,
             "user": req.user,
@@ -189,6 +190,7 @@ class Responses(common.OpenAIAdapter):
         tenant = ctx.tenant
         inputs = items.normalize_input(raw_input, mint_id)
         tools = items.normalize_tools(req.tools)
+        constrained = common.output_constraint(req, tools=tools, tool_choice=req.tool_choice, text_format=req.text)
         conv = req.conversation_id
         if not req.store and conv is not None and len(inputs) + 1 > MAX_ITEMS_PER_ADD:
             raise InvalidRequest(
@@ -215,6 +217,7 @@ class Responses(common.OpenAIAdapter):
             stream=req.stream,
             budget_param="max_output_tokens",
             prompt_param="input",
+            constraint=constrained.constraint if constrained is not None else None,
         )
         rid = mint_id("resp")
         prepared = await pipeline.prepare(neutral, model, ctx, request_id=rid)

@@ -82,6 +82,14 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    # Structured output (node.pipeline.constraints checks them): OpenAI's response_format, vLLM's
+    # structured_outputs and its pre-0.12 guided_* spellings.
+    response_format: Any = None
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

@@ -29,6 +29,7 @@ class ResponsesRequest(SamplingFields, kw_only=True):
     tools: list[Any] | None = None
     tool_choice: Any = "auto"
     parallel_tool_calls: bool = True
+    text: Any = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
     metadata: dict[str, str] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 

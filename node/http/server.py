@@ -3,6 +3,7 @@ listing, liveness and readiness, behind the configured middleware chain (node/ht
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -11,6 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
+from node.auth.metering import record_usage
 from node.config import RequestLimits
 from node.drain import Drain
 from node.http.adapter import AdapterEnv, AdapterFactory
@@ -22,6 +24,7 @@ from node.http.middleware import echo_request_id, middleware_chain
 from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
+from node.pipeline.events import Usage
 from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel
 from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
@@ -34,6 +37,11 @@ from storage.base import Stores
 
 def _json(obj: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=msgspec.json.encode(obj), content_type="application/json")
+
+
+def _observe_usage(metrics: NodeMetrics, usage: Usage) -> None:
+    metrics.observe_usage(usage)
+    record_usage(usage.prompt_tokens, usage.completion_tokens)  # the request's meter, when it is limited
 
 
 def build_app(
@@ -53,9 +61,12 @@ def build_app(
     observe: Middleware | None = None,
     outer_middlewares: Sequence[Middleware] = (),
     drain: Drain | None = None,
+    inner_middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say.
-    ``observe`` is the outermost middleware (node/telemetry/observe.py; the default: metrics only)."""
+    ``observe`` is the outermost middleware (node/telemetry/observe.py; the default: metrics only).
+    ``inner_middlewares`` (authentication, limits) run inside the error middleware, before the request
+    context is made (it takes the tenant from their identity)."""
     limits = limits or RequestLimits()
     draining = drain or Drain()
     # Filled as adapters register their routes below; the error middleware reads it per request.
@@ -66,6 +77,7 @@ def build_app(
         envelopes=envelopes,
         tenancy=tenancy,
         routing_key_header=routing_key_header,
+        inner=inner_middlewares,
     )
     # client_max_size bounds what aiohttp buffers; read_json answers 413 in the API's envelope past it.
     app = web.Application(
@@ -85,7 +97,7 @@ def build_app(
         pool=pool,
         cpu=cpu,
         limits=limits,
-        on_usage=metrics.observe_usage,
+        on_usage=functools.partial(_observe_usage, metrics),
         retry=retry,
         deadlines=deadlines,
     )

@@ -1,6 +1,7 @@
 """Which tenant a request belongs to: every Responses/Conversations id lives in exactly one tenant's space.
 
-The tenant is read from `X-SMG-Tenant` only when the operator says an authenticating proxy in front of the
+With authentication on, the tenant is the verified identity's (its API key's), whatever the headers say.
+Without, it is read from `X-SMG-Tenant` only when the operator says an authenticating proxy in front of the
 node sets (and strips) that header; otherwise any client could read another tenant's history by naming it,
 so every request belongs to the one tenant `default`.
 """
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from node.config import TENANT_HEADER, ApiConfig
 from node.errors import InvalidRequest
+from node.http.auth_middleware import IDENTITY
 from storage.errors import InvalidInput
 from storage.validation import check_tenant
 
@@ -25,6 +27,8 @@ __all__ = ["DEFAULT_TENANT", "TENANT_HEADER", "ApiConfig", "tenant_of"]
 
 def tenant_of(request: web.Request, config: ApiConfig) -> str:
     """The request's tenant. Raises InvalidRequest (400) for a header value no store accepts."""
+    if IDENTITY in request:
+        return request[IDENTITY].tenant
     if not config.trust_tenant_header:
         return DEFAULT_TENANT
     tenant = request.headers.get(TENANT_HEADER)

@@ -13,7 +13,11 @@ with special tokens matched first. A tokenizer.json qualifies when its pipeline 
   forming a token in a reachable state is a listed merge). Trained vocabularies have that property
   (checked offline for all of Llama-3's and DeepSeek's tokens; ~1 s per 128k tokens, so not at load).
   With reachability, tiktoken's whole-piece lookup equals Hugging Face's ``ignore_merges`` either way.
-- no normalizer that changes text; pre-tokenizer: ``Split`` regexes (``Isolated``) then ByteLevel without
+- no normalizer that changes text, or NFC alone (`nfc`: a text not already in NFC is split at added
+  tokens, as Hugging Face does before normalizing, and each piece is normalized; a text holding a
+  character on which Python's and Hugging Face's Unicode tables could differ goes to Hugging Face; added
+  tokens must then all be matched on the raw text, ``normalized=False``);
+- pre-tokenizer: ``Split`` regexes (``Isolated``) then ByteLevel without
   a prefix space, or ByteLevel with its GPT-2 regex, expressible as one regex (`split_regex.compose`);
 - added tokens without lstrip/rstrip/single_word (`special_tokens.matching_problem`). When one
   leftmost scan finds them where Hugging Face's two passes do (`special_tokens.single_pass_problem`),
@@ -22,11 +26,19 @@ with special tokens matched first. A tokenizer.json qualifies when its pipeline 
 
 Structure is necessary, not sufficient (regex engines differ in corner cases), so `build` also compares
 ids with Hugging Face on the probe corpus and declines on any difference.
+
+One tiktoken encoding per thread for long texts: tiktoken's split regex (fancy-regex over regex-automata)
+keeps its match scratch space in pools whose fast path serves only the first thread that ever used them,
+the one that verified the encoder at load; every other thread takes a mutex per regex match (one match per
+pre-token, ~1 per 4 characters), which made long prompts encode ~20 % slower on the CPU pool's threads
+than in a benchmark on the loading thread. A thread that encodes a long text gets its own copy of the
+encoding (~0.1 s and ~21 MB for Llama-3, once per thread), whose pools it owns.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from operator import le, methodcaller
@@ -34,6 +46,7 @@ from typing import Any, Final
 
 import tiktoken
 
+from node.pipeline import nfc
 from node.pipeline.special_tokens import (
     AddedToken,
     AddedTokenMatcher,
@@ -44,6 +57,10 @@ from node.pipeline.special_tokens import (
 from node.pipeline.split_regex import GPT2_PATTERN, UnsupportedPattern, compose
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+# From this many characters a thread encodes with its own copy of the encoding. Below it, the shared
+# encoding's slow pool path costs < ~50 us per text, and short texts are what the event loop's thread
+# encodes inline: it never needs a copy (the CPU pool's threads, at most `CpuPool`'s size, get one each).
+OWN_ENCODING_MIN_CHARS: Final = 4096
 
 
 def _gpt2_unicode_to_byte() -> dict[str, int]:
@@ -62,7 +79,7 @@ class FastBpeEncoder:
     """Encodes like the Hugging Face tokenizer it was verified against, without the post-processor
     (callers add `encode_rules.Affixes`). Immutable; safe to share across threads."""
 
-    __slots__ = ("_encoding", "_fallback", "_matcher", "_plain_only", "_present")
+    __slots__ = ("_encoding", "_fallback", "_local", "_matcher", "_nfc_unsafe", "_plain_only", "_present")
 
     def __init__(
         self,
@@ -71,36 +88,67 @@ class FastBpeEncoder:
         fallback: Callable[[str], list[int]],
         *,
         single_pass: bool,
+        nfc_unsafe: re.Pattern[str] | None = None,
     ) -> None:
+        """``nfc_unsafe``: set when the tokenizer NFC-normalizes; matches the characters left to
+        ``fallback`` (`nfc.unsafe_characters`)."""
         self._encoding = encoding
+        self._local = threading.local()  # .encoding: this thread's own copy (see the module docstring)
         self._matcher = matcher
         self._fallback = fallback
         # tiktoken converts the allowed-special set on every call: ~50 us for 256 tokens, ~250 us for
         # DeepSeek's 1,283. Allowing only the added tokens present in the text keeps that negligible.
         self._present = re.compile(longest_match_pattern(matcher.ids)).findall if single_pass else None
         self._plain_only = not matcher.ids  # no added tokens at all
+        self._nfc_unsafe = nfc_unsafe
+
+    def _thread_encoding(self) -> tiktoken.Encoding:
+        own: tiktoken.Encoding | None = getattr(self._local, "encoding", None)
+        if own is None:
+            shared = self._encoding
+            # The same arguments as the verified encoding: the copy encodes identically.
+            own = tiktoken.Encoding(
+                shared.name,
+                pat_str=shared._pat_str,
+                mergeable_ranks=shared._mergeable_ranks,
+                special_tokens=shared._special_tokens,
+            )
+            self._local.encoding = own
+        return own
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; added-token text becomes the added tokens' ids."""
-        if not text.isascii() and _SURROGATE.search(text):
-            # tiktoken silently replaces lone surrogates; Hugging Face rejects them. Keep its behavior.
-            return self._fallback(text)
+        encoding = self._thread_encoding() if len(text) >= OWN_ENCODING_MIN_CHARS else self._encoding
+        if not text.isascii():  # ASCII is NFC and holds no surrogate
+            if _SURROGATE.search(text):
+                # tiktoken silently replaces lone surrogates; Hugging Face rejects them. Keep its behavior.
+                return self._fallback(text)
+            if self._nfc_unsafe is not None:
+                if self._nfc_unsafe.search(text):
+                    return self._fallback(text)
+                if not nfc.is_normalized(text):
+                    return self._encode_pieces(text, encoding, normalize=True)
         if self._plain_only:
-            return self._encoding.encode_ordinary(text)
+            return encoding.encode_ordinary(text)
         if self._present is not None:
             present = self._present(text)
             if not present:
-                return self._encoding.encode_ordinary(text)
-            return self._encoding.encode(text, allowed_special=set(present), disallowed_special=())
+                return encoding.encode_ordinary(text)
+            return encoding.encode(text, allowed_special=set(present), disallowed_special=())
+        return self._encode_pieces(text, encoding, normalize=False)
+
+    def _encode_pieces(self, text: str, encoding: tiktoken.Encoding, *, normalize: bool) -> list[int]:
+        """Added tokens found by the matcher, the text between them encoded (NFC-normalized first when
+        ``normalize``: Hugging Face normalizes each piece between added tokens, never across one)."""
         ids: list[int] = []
         start = 0
-        for begin, end in self._matcher.spans(text):
+        for begin, end in [*self._matcher.spans(text), (len(text), len(text))]:
             if start < begin:
-                ids.extend(self._encoding.encode_ordinary(text[start:begin]))
-            ids.append(self._matcher.ids[text[begin:end]])
+                piece = text[start:begin]
+                ids.extend(encoding.encode_ordinary(nfc.normalize(piece) if normalize else piece))
+            if begin < end:
+                ids.append(self._matcher.ids[text[begin:end]])
             start = end
-        if start < len(text):
-            ids.extend(self._encoding.encode_ordinary(text[start:]))
         return ids
 
 
@@ -113,7 +161,10 @@ def plan(definition: Mapping[str, Any], added: Sequence[AddedToken]) -> tiktoken
         return "BPE uses dropout or subword prefixes/suffixes"
     normalizer = definition.get("normalizer")
     if normalizer is not None and not _is_empty_sequence(normalizer, "normalizers"):
-        return f"normalizer {normalizer.get('type')!r} may change the text"
+        if not nfc.is_nfc_only(normalizer):
+            return f"normalizer {normalizer.get('type')!r} may change the text"
+        if any(t.normalized for t in added):
+            return "an added token is matched after NFC (normalized=True)"
     decoder = definition.get("decoder") or {}
     if decoder.get("type") != "ByteLevel":
         return "decoder is not ByteLevel"
@@ -149,19 +200,37 @@ def build(
 ) -> FastBpeEncoder | str:
     """A verified fast encoder for the tokenizer ``definition`` describes, or why there is none.
 
-    ``matcher`` finds the tokenizer's added tokens (plan requires an identity normalizer, so it must run
-    both passes). ``reference`` is the Hugging Face encoder without special tokens added; the fast encoder
-    is returned only if it gives the same ids on every probe text.
+    ``matcher`` finds the tokenizer's added tokens (with an identity normalizer it must run both
+    passes; with NFC, `plan` requires every added token to be matched on the raw text). ``reference``
+    is the Hugging Face encoder without special tokens added; the fast encoder is returned only if it
+    gives the same ids on every probe text (and, with NFC, on texts NFC changes).
     """
     encoding = plan(definition, matcher.tokens)
     if isinstance(encoding, str):
         return encoding
     single_pass = single_pass_problem(matcher.tokens) is None
-    encoder = FastBpeEncoder(encoding, matcher, reference, single_pass=single_pass)
-    for text in probes:
+    normalizer = definition.get("normalizer")
+    nfc_unsafe = nfc.unsafe_characters() if normalizer is not None and nfc.is_nfc_only(normalizer) else None
+    encoder = FastBpeEncoder(encoding, matcher, reference, single_pass=single_pass, nfc_unsafe=nfc_unsafe)
+    extra = _nfc_probes(matcher.tokens) if nfc_unsafe is not None else ()
+    for text in [*probes, *extra]:
         if encoder.encode(text) != reference(text):
             return f"ids differ from Hugging Face on probe text {text[:40]!r}"
     return encoder
+
+
+def _nfc_probes(added: Sequence[AddedToken]) -> list[str]:
+    """Texts NFC changes: compositions, reordered marks, Hangul jamo, exclusions, a mark after an added
+    token that would compose with its last character if normalized across it."""
+    texts = [
+        "e\u0301t\u00e9",
+        "A\u030a \u212b",
+        "a\u0308\u0301 q\u0323\u0307",
+        "\u1100\u1161\u11a8",
+        "\u0958 \U0001d15e",
+    ]
+    texts += [f"x{t.content}\u0338 {t.content[:-1]}\u0338" for t in added[:8]]
+    return texts
 
 
 def _is_empty_sequence(node: Mapping[str, Any], key: str) -> bool:

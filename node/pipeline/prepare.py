@@ -18,6 +18,7 @@ from node.pipeline.request import ChatPrompt, GenerateRequest, Prompt, Sampling,
 from node.pipeline.served_model import ServedModel
 from node.pipeline.spec import GenerateSpec, Prepared, PreparedPrompt
 from node.pipeline.template import TemplateError
+from node.structured.constraint import Constraint
 from node.workers.types import SamplingParams
 
 _SEED_MASK = (1 << 31) - 1  # the engine contract carries an int32 seed
@@ -75,7 +76,9 @@ def resolve_max_tokens(
     return budget
 
 
-def sampling_params(s: Sampling, model: ServedModel, *, max_tokens: int) -> SamplingParams:
+def sampling_params(
+    s: Sampling, model: ServedModel, *, max_tokens: int, constraint: Constraint | None = None
+) -> SamplingParams:
     """The engine's sampling parameters: the request's values, else the model's generation_config defaults."""
     d = model.sampling_defaults
     temperature = s.temperature if s.temperature is not None else d.get("temperature")
@@ -99,6 +102,7 @@ def sampling_params(s: Sampling, model: ServedModel, *, max_tokens: int) -> Samp
         ignore_eos=s.ignore_eos,
         logprobs=s.logprobs,
         skip_special_tokens=s.skip_special_tokens,
+        constraint=constraint,
     )
 
 
@@ -195,7 +199,7 @@ class Prepare:
                     model=model.name,
                     request_id=request_id if len(prompts) == 1 else f"{request_id}-{k}",
                     prompt_ids=prompt.ids,
-                    params=sampling_params(s, model, max_tokens=max_tokens),
+                    params=sampling_params(s, model, max_tokens=max_tokens, constraint=request.constraint),
                     stops=stops,
                     include_stop_str=s.include_stop_str,
                     terminators=ends,

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from node.structured.constraint import Constraint
+
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
@@ -83,3 +85,5 @@ class GenerateRequest:
     # The API's names of the budget and prompt fields, for error messages and ``param``.
     budget_param: str = "max_tokens"
     prompt_param: str = "messages"
+    # Structured output the engine must enforce (node.pipeline.constraints; each adapter reads its API's fields).
+    constraint: Constraint | None = None

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 
 from node.routing.kv_events import KvEvent
 from node.sim.admission import AdmissionQueue
+from node.sim.answers import FamilyAnswers
 from node.sim.config import SimWorkerConfig
 from node.sim.errors import EngineClosedError, InvalidRequestError
 from node.sim.kv_events import KvBatch, KvEventLog
 from node.sim.latency import LatencyModel
 from node.sim.model_folder import ModelFolder
 from node.sim.prefix_cache import CacheBusyError, Lease, PrefixCache
-from node.sim.token_generator import EosPolicy, Finish, SamplingSpec, TokenStream
+from node.sim.token_generator import EosPolicy, Finish, SamplingSpec, Script, TokenStream, answer_seed
 from node.sim.vocabulary import TextVocabulary
 
 # n beyond this is a client mistake, not a load test: each index is a task and a running slot.
@@ -119,8 +120,11 @@ class SimEngine:
         *,
         endpoint: tuple[str, int] = ("", 0),
         wall_clock: Callable[[], float] = time.time,
+        answers: FamilyAnswers | None = None,
     ) -> None:
+        """``answers`` scripts constrained, tool-calling and reasoning answers; None: prose only."""
         self._config = config
+        self._answers = answers
         self._model = model
         self._vocabulary = vocabulary
         self._endpoint = endpoint
@@ -406,6 +410,7 @@ class SimEngine:
             room = max(1, self._model.max_context_length - len(prompt))
             max_tokens = room if spec.sampling.max_tokens is None else min(room, spec.sampling.max_tokens)
             stream = TokenStream(
+                script=self._script(spec, seq.index),
                 vocabulary=self._vocabulary,
                 eos=self._eos,
                 sampling=spec.sampling,
@@ -434,6 +439,21 @@ class SimEngine:
                     return
         finally:
             self._retire(seq)
+
+    def _script(self, spec: GenerateSpec, index: int) -> Script | None:
+        if self._answers is None:
+            return None
+        seed = answer_seed(spec.prompt_ids, spec.sampling, index, self._config.seed)
+        try:
+            return self._answers.script(
+                spec.prompt_ids,
+                spec.sampling.constraint,
+                seed,
+                mean_length=self._config.eos_after_tokens,
+                word_ids=self._vocabulary.words,
+            )
+        except (ValueError, RecursionError):  # checked at the wire; what still fails to sample gets prose
+            return None
 
     async def _admit(self, seq: _Sequence, loop: asyncio.AbstractEventLoop) -> bool:
         if seq.request.aborted:

@@ -12,6 +12,10 @@ one of the model's other EOS ids) ends it with that id as ``matched_token_id``.
 Length: each answer is ``eos_after_tokens`` text tokens on average (drawn from [mean/2, 3*mean/2]) and at
 least ``min_tokens``, then ends with the first request stop id when the request names some, else with the
 primary EOS unless ``ignore_eos``.
+
+A ``Script`` replaces the prose answer with segments: fixed ids (a tool call in the family's markup, a
+constrained answer, ``</think>``) and prose runs (reasoning, a plain answer); the end token follows the last
+segment. ``min_tokens`` does not lengthen a script: padding would break the shape it was written to have.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import hashlib
 import random
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from node.sim.vocabulary import TextVocabulary
+from node.structured.constraint import Constraint
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -62,6 +67,19 @@ class SamplingSpec:
     n: int = 1
     knobs: tuple[float, ...] = ()
     """Temperature, top-p and the like: the engine has no model for them, but they change the answer."""
+    constraint: Constraint | None = None
+    """The structured output the answer must satisfy (node.sim.answers writes it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prose:
+    """A run of readable text tokens; ``length`` None: the answer's drawn length."""
+
+    length: int | None = None
+
+
+Segment = tuple[int, ...] | Prose
+Script = tuple[Segment, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +122,10 @@ class TokenStream:
         engine_seed: int,
         eos_after_tokens: int,
         max_tokens: int,
+        script: Script | None = None,
     ) -> None:
-        """``max_tokens`` is the effective cap (the request's, clamped to the context window), at least 1."""
+        """``max_tokens`` is the effective cap (the request's, clamped to the context window), at least 1;
+        ``script`` (None: one prose run) is what the answer says before its end token."""
         seed = answer_seed(prompt_ids, sampling, index, engine_seed)
         self._rng = random.Random(seed)
         self._vocabulary = vocabulary
@@ -123,6 +143,7 @@ class TokenStream:
         self._generated = 0
         self._previous_kind = _START
         self._finish: Finish | None = None
+        self._tokens = self._generate(script if script is not None else (Prose(),))
 
     @property
     def generated(self) -> int:
@@ -154,29 +175,44 @@ class TokenStream:
         return None
 
     def _next_token(self) -> int:
-        position = self._generated
-        if self._end_token is not None and position == self._text_length:
-            return self._end_token
-        token = self._text_token(position)
+        return next(self._tokens)
+
+    def _generate(self, script: Script) -> Iterator[int]:
+        """Every token of the answer, in order; endless (prose) once the end token is out or absent."""
+        if self._end_token is not None:
+            for segment in script:
+                if isinstance(segment, Prose):
+                    length = self._text_length if segment.length is None else segment.length
+                    self._previous_kind = _START
+                    for k in range(length):
+                        yield self._prose_token(length - k)
+                else:
+                    yield from segment
+            yield self._end_token
+        while True:  # ignore_eos, or past the end token: prose until the length cap
+            yield self._prose_token(-1)
+
+    def _prose_token(self, to_end: int) -> int:
+        token = self._text_token(to_end)
         # A stop token cannot be sampled before min_tokens (vLLM masks its logit): draw again.
         redraws = 0
-        while position < self._min_tokens and self._is_stop(token) and redraws < MAX_MASKED_REDRAWS:
-            token = self._text_token(position)
+        while self._generated < self._min_tokens and self._is_stop(token) and redraws < MAX_MASKED_REDRAWS:
+            token = self._text_token(to_end)
             redraws += 1
         return token
 
     def _is_stop(self, token: int) -> bool:
         return token == self._primary_eos or token in self._stop_ids
 
-    def _text_token(self, position: int) -> int:
-        """A word or punctuation token; the previous token's kind shapes the next, so the text reads."""
+    def _text_token(self, to_end: int) -> int:
+        """A word or punctuation token; the previous token's kind shapes the next, so the text reads.
+        ``to_end``: tokens left in this prose run (-1: open-ended), so it closes with a word and a full stop."""
         vocabulary = self._vocabulary
         # Both draws happen on every call so the stream stays aligned whatever branch is taken.
         roll = self._rng.random()
         pick = self._rng.random()
         previous = self._previous_kind
         # The answer closes with a content word and a full stop just before the end token.
-        to_end = self._text_length - position if self._end_token is not None else -1
         if to_end == 1 and previous == _CONTENT and vocabulary.period is not None:
             return self._emit(_PERIOD, vocabulary.period)
         if to_end == 2 and previous != _START:

@@ -22,6 +22,7 @@ from node.sim.kv_events import KvBatch
 from node.sim.logprobs import TokenLogprobs
 from node.sim.model_folder import ModelFolder
 from node.sim.token_generator import SamplingSpec
+from node.structured.constraint import Constraint, ConstraintError, check_regex, check_schema
 from node.workers.kv_convert import batch_message
 
 SERVER_TYPE = "vllm-grpc"
@@ -64,8 +65,47 @@ def generate_spec(request: Any, max_context_length: int) -> GenerateSpec:
     )
 
 
+def constraint_of(params: Any) -> Constraint | None:
+    """The structured-output constraint of SamplingParams, checked as an engine compiling it would.
+
+    Raises:
+        InvalidRequestError: a json_schema that is not a JSON schema, a regex a decoder cannot apply, an empty
+            choice list or grammar.
+    """
+    kind = params.WhichOneof("constraint")
+    if kind is None:
+        return None
+    try:
+        if kind == "choice":
+            choices = tuple(str(c) for c in params.choice.choices)
+            if not choices:
+                raise ConstraintError("the choice list is empty", param=kind)
+            return Constraint("choice", choices=choices)
+        if kind == "json_object":
+            return Constraint("json_object") if params.json_object else None
+        text = str(getattr(params, kind))
+        if kind == "json_schema":
+            try:
+                check_schema(json.loads(text), kind)
+            except ValueError as exc:
+                if isinstance(exc, ConstraintError):
+                    raise
+                raise ConstraintError(f"not JSON: {exc}", param=kind) from exc
+        elif kind == "regex":
+            check_regex(text, kind)
+        elif kind == "grammar" and not text.strip():
+            raise ConstraintError("the grammar is empty", param=kind)
+        return Constraint(kind, text)
+    except ConstraintError as exc:
+        raise InvalidRequestError(f"invalid {kind} constraint: {exc.message}") from exc
+
+
 def sampling_spec(params: Any) -> SamplingSpec:
-    """The sampling parameters the engine acts on, with vLLM's defaults for unset fields."""
+    """The sampling parameters the engine acts on, with vLLM's defaults for unset fields.
+
+    Raises:
+        InvalidRequestError: the constraint cannot be applied (``constraint_of``).
+    """
     temperature = float(params.temperature) if params.HasField("temperature") else 1.0
     return SamplingSpec(
         max_tokens=int(params.max_tokens) if params.HasField("max_tokens") else None,
@@ -83,6 +123,7 @@ def sampling_spec(params: Any) -> SamplingSpec:
             float(params.presence_penalty),
             float(params.repetition_penalty) or 1.0,
         ),
+        constraint=constraint_of(params),
     )
 
 

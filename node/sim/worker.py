@@ -16,6 +16,8 @@ from types import TracebackType
 import grpc
 from tokenizers import Tokenizer
 
+from node.pipeline.parsers.detect import ParserChoice, detect_folder
+from node.sim.answers import FamilyAnswers
 from node.sim.config import SimWorkerConfig
 from node.sim.engine import SimEngine
 from node.sim.errors import ModelFolderError, SimError
@@ -75,6 +77,7 @@ class SimModel:
     folder: ModelFolder
     tokenizer: Tokenizer
     vocabulary: TextVocabulary
+    answers: FamilyAnswers | None = None
 
 
 def load_sim_model(config: SimWorkerConfig) -> SimModel:
@@ -84,7 +87,12 @@ def load_sim_model(config: SimWorkerConfig) -> SimModel:
         ModelFolderError: the folder or its tokenizer cannot be read.
     """
     folder, tokenizer = load_model_folder(config.model_path, config.served_model_name)
-    return SimModel(folder, tokenizer, _vocabulary(tokenizer))
+    try:
+        family = detect_folder(folder.path)
+    except (OSError, ValueError):  # no tokenizer_config.json: no chat template, so no family markup
+        family = ParserChoice(None, None)
+    answers = FamilyAnswers(tokenizer, tool_parser=family.tool_parser, thinks=family.reasoning_parser is not None)
+    return SimModel(folder, tokenizer, _vocabulary(tokenizer), answers)
 
 
 def _vocabulary(tokenizer: Tokenizer) -> TextVocabulary:
@@ -139,7 +147,9 @@ class SimWorker:
             raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}: {exc}") from exc
         if port == 0:
             raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}")
-        engine = SimEngine(self._config, model.folder, model.vocabulary, endpoint=(self._config.host, port))
+        engine = SimEngine(
+            self._config, model.folder, model.vocabulary, endpoint=(self._config.host, port), answers=model.answers
+        )
         servicer = SimEngineServicer(engine)
         if self._config.fault == "none":
             servicer.register(server)

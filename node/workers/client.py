@@ -13,7 +13,14 @@ from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
 
 class WorkerRejected(WorkerFailed):
     """The worker refused this one request with a status that blames the request (a bad argument, a
-    duplicate id), not the worker: the client sees the same error, the worker's circuit breaker no failure."""
+    duplicate id), not the worker: the client sees the same error, the worker's circuit breaker no failure.
+
+    A 400, as the engine's reason is about the request (a grammar or schema its constrained decoder cannot
+    compile, a prompt it will not take); another worker would refuse it too."""
+
+    status = 400
+    error_type = "invalid_request_error"
+    code = "rejected_by_worker"
 
 
 class WorkerUnavailable(WorkerFailed):

@@ -62,6 +62,7 @@ class _Protocol(asyncio.Protocol):
         self.ready: asyncio.Future[None] = self._loop.create_future()
         self._on_stream_freed = on_stream_freed
         self._transport: asyncio.Transport | None = None
+        self._flush_pending = False
         self._keepalive_config = keepalive
         self._keepalive = Keepalive(keepalive, self._loop.time())
         self._timer: asyncio.TimerHandle | None = None
@@ -159,6 +160,15 @@ class _Protocol(asyncio.Protocol):
             self._on_stream_freed()
 
     def flush(self) -> None:
+        """Send what the core has queued, once per loop iteration: the calls started and the frames
+        answered in one iteration (many at high concurrency) leave in one write, one syscall, at the end
+        of the iteration's ready callbacks, before the loop polls again."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_pending = False
         out = self.core.data_to_send()
         if out and self._transport is not None:
             self._transport.write(out)
@@ -170,6 +180,7 @@ class _Protocol(asyncio.Protocol):
 
     def close(self) -> None:
         if self._transport is not None:
+            self._flush_now()  # what was queued this iteration (a reset, GOAWAY) still leaves
             self._transport.close()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from node.structured.constraint import Constraint
 from node.workers.deadlines import Deadlines
 
 
@@ -28,6 +29,8 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # top-k alternatives per token; None = no logprobs at all
     skip_special_tokens: bool = True
+    # Structured output the engine enforces while sampling (smg-grpc-proto's `constraint` oneof); None: free.
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]  # stubs optional
 from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
@@ -58,6 +58,14 @@ def _sampling_params(p: SamplingParams) -> Any:
         msg.seed = p.seed
     if p.logprobs is not None:
         msg.logprobs = p.logprobs
+    c = p.constraint
+    if c is not None:
+        if c.kind == "choice":
+            msg.choice.choices.extend(c.choices)
+        elif c.kind == "json_object":
+            msg.json_object = True
+        else:  # json_schema, regex, grammar, structural_tag: the oneof member of the same name
+            setattr(msg, c.kind, c.text)
     return msg
 
 

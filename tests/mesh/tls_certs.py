@@ -7,6 +7,8 @@ the member listens on: the mesh checks the chain, not the name, and the tests re
 from __future__ import annotations
 
 import datetime
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +82,16 @@ class CertAuthority:
         self.cert_file = directory / f"{name}-ca.crt"
         self.cert_file.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, node: str) -> TlsFiles:
-        """A certificate for ``node`` (usable as TLS server and client), its key, and this CA's file."""
+    def issue(self, node: str, *, hosts: Sequence[str] = ()) -> TlsFiles:
+        """A certificate for ``node`` (usable as TLS server and client), its key, and this CA's file.
+        ``hosts``: names or IP addresses it is also valid for (an HTTPS server's), beside the unresolvable
+        mesh name."""
+        names: list[x509.GeneralName] = [x509.DNSName(f"{node}.mesh.invalid")]
+        for host in hosts:
+            try:
+                names.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                names.append(x509.DNSName(host))
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         ca_public = self._key.public_key()
@@ -98,7 +108,7 @@ class CertAuthority:
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,
             )
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(f"{node}.mesh.invalid")]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False)
             .sign(self._key, hashes.SHA256())
         )

@@ -1,0 +1,69 @@
+"""NFC as Hugging Face ``tokenizers`` applies it, done with Python's `unicodedata` where the two agree.
+
+Qwen's tokenizer.json NFC-normalizes text before its byte-level BPE; the fast encoder (`bpe_fast`) can
+normalize first and then run tiktoken, provided Python's NFC equals Hugging Face's on the text. The two
+implement the same algorithm from different Unicode versions (Python 3.11: 14.0; the ``tokenizers`` crate
+its own). Unicode's stability policy keeps NFC of text made of characters assigned in both versions
+identical (a new composite of existing characters is a composition exclusion). So they can differ only on
+characters whose decomposition differs between the two tables, on characters one side does not know
+(new ones with a decomposition), and on the components of such decompositions. `unsafe_characters` finds
+those by asking both sides for the NFD of every code point that could be one (once per process, ~0.1 s);
+a text holding any of them is left to Hugging Face.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Any, Final
+
+from tokenizers import normalizers
+
+# Code points worth asking about: everything past ASCII in planes 0-3 and plane 14. Planes 4-13 hold no
+# assigned character in any Unicode version to date (16.0), nor do planes 15-16 (private use).
+_RANGES: Final = ((0x80, 0xD800), (0xE000, 0x40000), (0xE0000, 0xF0000))
+# NUL never composes with anything, so it keeps every code point's normalization apart in one call.
+_SEPARATOR: Final = "\x00"
+
+
+def is_nfc_only(normalizer: Mapping[str, Any] | None) -> bool:
+    """True when a tokenizer.json normalizer is NFC alone (possibly inside Sequences)."""
+    if normalizer is None:
+        return False
+    if normalizer.get("type") == "NFC":
+        return True
+    if normalizer.get("type") != "Sequence":
+        return False
+    members = [m for m in normalizer.get("normalizers") or () if not _is_empty(m)]
+    return len(members) == 1 and is_nfc_only(members[0])
+
+
+def _is_empty(node: Mapping[str, Any]) -> bool:
+    return node.get("type") == "Sequence" and all(_is_empty(m) for m in node.get("normalizers") or ())
+
+
+@functools.cache
+def unsafe_characters() -> re.Pattern[str]:
+    """A pattern matching every character on which Python's NFC might differ from Hugging Face's."""
+    chars = [chr(c) for start, end in _RANGES for c in range(start, end)]
+    theirs = normalizers.NFD().normalize_str(_SEPARATOR.join(chars)).split(_SEPARATOR)
+    unsafe: set[str] = set()
+    for char, their in zip(chars, theirs, strict=True):
+        ours = unicodedata.normalize("NFD", char)
+        if ours != their:
+            unsafe.update(char, ours, their)
+    unsafe.discard(_SEPARATOR)
+    if not unsafe:
+        return re.compile("(?!)")  # matches nothing
+    return re.compile("[" + "".join(re.escape(c) for c in sorted(unsafe)) + "]")
+
+
+def normalize(text: str) -> str:
+    """``text`` in NFC (exactly Hugging Face's when `unsafe_characters` finds nothing in it)."""
+    return unicodedata.normalize("NFC", text)
+
+
+def is_normalized(text: str) -> bool:
+    return unicodedata.is_normalized("NFC", text)

@@ -1,0 +1,127 @@
+"""node/auth: the key format, hashing and the authenticator's verdicts (pure cores, a real ClusterState)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mesh.state import ClusterState
+from node.auth.access import allowed_roles
+from node.auth.authenticator import ApiKeyAuthenticator, AuthFailure
+from node.auth.config import AuthConfig, AuthConfigError
+from node.auth.identity import Identity, Limits
+from node.auth.keys import KeyFormatError, key_digest, new_key, parse_key
+from node.cluster.api_keys import ApiKeyTable
+
+
+def _table(now: list[float]) -> ApiKeyTable:
+    return ApiKeyTable(ClusterState("n1"), clock=lambda: now[0])
+
+
+def test_a_new_key_has_its_id_visible_and_only_its_hash_is_stored() -> None:
+    now = [1000.0]
+    table = _table(now)
+    text, record = table.create(tenant="acme", role="user", name="ci", limits=Limits(requests_per_minute=5))
+    assert text.startswith(f"smg-{record.key_id}-") and len(text) == 4 + 8 + 1 + 43
+    stored = repr(record.to_json()) + repr(table.records())
+    assert text.split("-", 2)[2] not in stored  # the secret is nowhere in what the cluster holds
+    assert record.digest == key_digest(record.key_id, parse_key(text).secret)
+    assert "digest" not in record.public_json()
+
+
+def test_authenticator_verdicts() -> None:
+    now = [1000.0]
+    table = _table(now)
+    auth = ApiKeyAuthenticator(table.get, clock=lambda: now[0])
+    text, record = table.create(tenant="acme", role="user", expires_at=2000.0)
+    identity = auth.authenticate(text)
+    assert isinstance(identity, Identity) and (identity.tenant, identity.role) == ("acme", "user")
+    assert auth.authenticate(None) == AuthFailure("missing")
+    assert auth.authenticate("sk-not-ours") == AuthFailure("malformed")
+    wrong_secret = text[:-1] + ("A" if text[-1] != "A" else "B")
+    assert auth.authenticate(wrong_secret) == AuthFailure("unknown", record.key_id)
+    other, _ = new_key()
+    assert isinstance(auth.authenticate(other), AuthFailure)
+    now[0] = 2000.0
+    assert auth.authenticate(text) == AuthFailure("expired", record.key_id)
+    now[0] = 1500.0
+    table.revoke(record.key_id)
+    assert auth.authenticate(text) == AuthFailure("revoked", record.key_id)
+    # Revoking twice keeps the first time.
+    first = table.get(record.key_id)
+    now[0] = 1600.0
+    assert table.revoke(record.key_id) == first
+
+
+def test_bootstrap_key_is_an_admin_and_its_wrong_secret_is_refused() -> None:
+    text, _ = new_key()
+    auth = ApiKeyAuthenticator(lambda _id: None, bootstrap_key=text, clock=time.time)
+    identity = auth.authenticate(text)
+    assert isinstance(identity, Identity) and identity.role == "admin"
+    assert isinstance(auth.authenticate(text[:-1] + ("x" if text[-1] != "x" else "y")), AuthFailure)
+    with pytest.raises(KeyFormatError):
+        ApiKeyAuthenticator(lambda _id: None, bootstrap_key="hunter2", clock=time.time)
+
+
+@given(st.text(max_size=300))
+def test_parse_key_refuses_everything_but_our_format(text: str) -> None:
+    try:
+        parsed = parse_key(text)
+    except KeyFormatError as exc:
+        assert str(exc).startswith("not an smg-node API key (")  # a fixed text: never echoes the input
+        return
+    assert text == f"smg-{parsed.key_id}-{parsed.secret}"
+
+
+def test_wrong_key_timing_does_not_depend_on_how_much_of_the_secret_matches() -> None:
+    """A wrong secret sharing a long prefix with the right one costs the same as one sharing none: the
+    comparison is of sha256 digests, in constant time."""
+    now = [1000.0]
+    table = _table(now)
+    auth = ApiKeyAuthenticator(table.get, clock=lambda: now[0])
+    text, _ = table.create(tenant="t", role="user")
+    head, secret = text[:13], text[13:]
+    flip = {c: ("A" if c != "A" else "B") for c in secret}
+    near = head + secret[:-1] + flip[secret[-1]]  # all but the last character right
+    far = head + flip[secret[0]] + secret[1:]  # the first character wrong
+
+    def cost(candidate: str) -> float:
+        samples = []
+        for _ in range(15):
+            start = time.perf_counter_ns()
+            for _ in range(200):
+                auth.authenticate(candidate)
+            samples.append(time.perf_counter_ns() - start)
+        return statistics.median(samples)
+
+    near_ns, far_ns = cost(near), cost(far)
+    assert abs(near_ns - far_ns) / max(near_ns, far_ns) < 0.25, (near_ns, far_ns)
+
+
+def test_routes_need_the_right_role() -> None:
+    assert allowed_roles("GET", "/health") is None
+    for method, path in (("POST", "/workers"), ("DELETE", "/workers/w-1"), ("POST", "/mesh/join")):
+        assert allowed_roles(method, path) == {"admin"}
+    for method, path in (("GET", "/admin/keys"), ("POST", "/admin/keys"), ("DELETE", "/admin/keys/x")):
+        assert allowed_roles(method, path) == {"admin"}
+    assert allowed_roles("GET", "/metrics") == {"admin", "reader"}
+    assert allowed_roles("GET", "/workers") == {"admin", "reader"}
+    assert allowed_roles("POST", "/v1/chat/completions") == {"admin", "user"}
+    assert allowed_roles("GET", "/healthz") == {"admin", "user", "reader"}  # not /health: needs an identity
+
+
+def test_safe_default_refuses_an_open_node_on_a_public_address() -> None:
+    assert AuthConfig().enforced("127.0.0.1") is False
+    assert AuthConfig().enforced("::1") is False
+    with pytest.raises(AuthConfigError, match="--auth none"):
+        AuthConfig().enforced("0.0.0.0")
+    assert AuthConfig(auth="none").enforced("0.0.0.0") is False
+    key, _ = new_key()
+    assert AuthConfig(auth_bootstrap_key=key).enforced("0.0.0.0") is True
+    assert key not in repr(AuthConfig(auth_bootstrap_key=key))
+    with pytest.raises(ValueError, match="auth_bootstrap_key"):
+        AuthConfig(auth_bootstrap_key="hunter2")

@@ -1,0 +1,187 @@
+"""smg-node in front of vLLM itself (CPU build, tiny random-weight Llama): the contract holds against the engine,
+not only against our simulator. The model writes gibberish, so answers are checked for shape: counts, finish
+reasons, the prefix cache, Abort, KV events, and every constraint kind completing inside its language."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.real_engine import launcher
+from tests.real_engine.conftest import Front
+from tests.sim._schema_check import errors
+
+# The first test also waits for the session's engine: install (once) and start fit in its timeout.
+pytestmark = [
+    pytest.mark.real_engine,
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.timeout(launcher.INSTALL_TIMEOUT_S + launcher.START_TIMEOUT_S),
+]
+
+# Greedy and without generation_config's top_p 0.9 (top-p over 128k ids on one core is the slow part).
+GREEDY: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0}
+USER = [{"role": "user", "content": "Tell me about the weather."}]
+# Finite shapes: a random model completes these at once (unbounded strings run to max_tokens).
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Lima", "Oslo"]},
+        "unit": {"type": "string", "enum": ["c", "f"]},
+        "code": {"type": "string", "pattern": "[A-Z]{3}"},
+        "note": {"type": "string", "maxLength": 8},
+    },
+    "required": ["city", "unit", "code", "note"],
+    "additionalProperties": False,
+}
+CONSTRAINED_MAX_TOKENS = 96
+
+
+async def _until(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_chat_streaming_and_not(front: Front) -> None:
+    done = await front.client.chat.completions.create(model=front.model, messages=USER, max_tokens=8, **GREEDY)
+    choice = done.choices[0]
+    assert choice.finish_reason in ("length", "stop") and isinstance(choice.message.content, str)
+    assert done.usage is not None and 1 <= done.usage.completion_tokens <= 8 and done.usage.prompt_tokens > 5
+    stream = await front.client.chat.completions.create(
+        model=front.model, messages=USER, max_tokens=8, stream=True, stream_options={"include_usage": True}, **GREEDY
+    )
+    text, reasons, usage = [], [], None
+    async for chunk in stream:
+        for c in chunk.choices:
+            text.append(c.delta.content or "")
+            reasons.append(c.finish_reason)
+        usage = chunk.usage or usage
+    assert "".join(text) == choice.message.content, "greedy: streaming and not give the same answer"
+    assert reasons[-1] == choice.finish_reason and usage is not None
+    assert usage.completion_tokens == done.usage.completion_tokens
+
+
+async def test_completions_streaming_and_not_with_the_prefix_cache(front: Front) -> None:
+    prompt = "The history of the harbor, told slowly: " + "stone and river and lima, " * 70  # > 2 blocks of 128
+    first = await front.client.completions.create(model=front.model, prompt=prompt, max_tokens=6, **GREEDY)
+    assert first.choices[0].finish_reason in ("length", "stop") and first.usage is not None
+    assert first.usage.prompt_tokens > 256
+    second = await front.client.completions.create(model=front.model, prompt=prompt, max_tokens=6, **GREEDY)
+    details = second.usage.prompt_tokens_details if second.usage is not None else None
+    assert details is not None and details.cached_tokens is not None and details.cached_tokens >= 256
+    assert second.choices[0].text == first.choices[0].text
+    stream = await front.client.completions.create(
+        model=front.model, prompt=prompt, max_tokens=6, stream=True, **GREEDY
+    )
+    streamed = "".join([c.choices[0].text async for c in stream if c.choices])
+    assert streamed == first.choices[0].text
+
+
+async def test_kv_events_reach_the_cache_aware_index(front: Front) -> None:
+    indexes = front.node.pool.kv_indexes
+    assert indexes is not None
+    # A prompt never seen before (the engine may outlive one test session), at least two full blocks long.
+    prompt = f"{time.time_ns()} kv events " + "harbor stone " * 150
+    await front.client.completions.create(model=front.model, prompt=prompt, max_tokens=2, **GREEDY)
+
+    async def indexed() -> bool:
+        stats = [index.stats() for _, index in indexes.items()]
+        return any(s.block_size == 128 and s.blocks > 0 for s in stats)
+
+    states = [w.kv_events for w in front.node.pool.workers]
+    await _until(indexed, 10, f"the engine's KV events in the node's index (block size 128); {states}")
+
+
+async def test_client_disconnect_aborts_the_engine_request(front: Front) -> None:
+    body = {"model": front.model, "prompt": "go on", "max_tokens": 1500, "ignore_eos": True, "stream": True, **GREEDY}
+    async with aiohttp.ClientSession() as http, http.post(f"{front.node.url}/v1/completions", json=body) as resp:
+        assert resp.status == 200
+        seen = 0
+        async for line in resp.content:
+            seen += line.startswith(b"data: ")
+            if seen == 3:
+                break
+
+        async def running() -> bool:
+            load = await front.engine.loads(timeout_s=2)
+            return load is not None and load.running >= 1
+
+        await _until(running, 10, "the request running in the engine")
+    # The client is gone: the node must abort, and the engine stop generating long before 1,500 tokens.
+
+    async def idle() -> bool:
+        load = await front.engine.loads(timeout_s=2)
+        return load is not None and load.running == 0 and load.waiting == 0
+
+    started = time.monotonic()
+    await _until(idle, 5, "the engine to drop the aborted request")
+    assert time.monotonic() - started < 5
+
+
+async def _chat(front: Front, **extra: Any) -> tuple[str, str | None, Any]:
+    done = await front.client.chat.completions.create(
+        model=front.model, messages=USER, max_tokens=CONSTRAINED_MAX_TOKENS, **GREEDY, **extra
+    )
+    choice = done.choices[0]
+    return choice.message.content or "", choice.finish_reason, choice.message
+
+
+async def test_regex_constraint_completes_inside_the_language(front: Front) -> None:
+    text, reason, _ = await _chat(front, extra_body={"structured_outputs": {"regex": "[0-9]{3}"}})
+    assert reason == "stop" and re.fullmatch("[0-9]{3}", text), text
+    legacy, reason, _ = await _chat(front, extra_body={"guided_regex": "(ab|cd){2}"})
+    assert reason == "stop" and re.fullmatch("(ab|cd){2}", legacy), legacy
+
+
+async def test_grammar_and_choice_constraints_complete(front: Front) -> None:
+    text, reason, _ = await _chat(front, extra_body={"structured_outputs": {"grammar": 'root ::= "yes" | "no"'}})
+    assert reason == "stop" and text in ("yes", "no"), text
+    text, reason, _ = await _chat(front, extra_body={"structured_outputs": {"choice": ["red", "green", "blue"]}})
+    assert reason == "stop" and text in ("red", "green", "blue"), text
+
+
+async def test_json_schema_with_finite_strings_completes_and_validates(front: Front) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True}}
+    text, reason, _ = await _chat(front, response_format=fmt)
+    assert reason == "stop", f"ran to max_tokens: {text!r}"
+    assert errors(json.loads(text), CITY_SCHEMA) == [], text
+    stream = await front.client.completions.create(
+        model=front.model,
+        prompt="City: ",
+        max_tokens=CONSTRAINED_MAX_TOKENS,
+        stream=True,
+        extra_body={"response_format": fmt},
+        **GREEDY,
+    )
+    streamed = "".join([c.choices[0].text async for c in stream if c.choices])
+    assert errors(json.loads(streamed), CITY_SCHEMA) == [], streamed
+
+
+async def test_named_tool_choice_writes_arguments_that_validate(front: Front) -> None:
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": CITY_SCHEMA}},
+        {"type": "function", "function": {"name": "other", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    text, reason, message = await _chat(front, tools=tools, tool_choice=choice)
+    assert reason in ("stop", "tool_calls"), f"ran to max_tokens: {text!r}"
+    calls = getattr(message, "tool_calls", None)
+    arguments = calls[0].function.arguments if calls else text  # the adapter renders calls once it is wired
+    assert errors(json.loads(arguments), CITY_SCHEMA) == [], arguments
+
+
+async def test_a_grammar_the_engine_cannot_compile_is_a_400(front: Front) -> None:
+    body = {"model": front.model, "messages": USER, "max_tokens": 4, "structured_outputs": {"grammar": "root ::= ("}}
+    async with aiohttp.ClientSession() as http, http.post(f"{front.node.url}/v1/chat/completions", json=body) as resp:
+        status, reply = resp.status, await resp.json()
+    assert status == 400, reply
+    assert reply["error"]["type"] == "invalid_request_error"
+    assert "grammar" in reply["error"]["message"].lower()
