@@ -268,7 +268,7 @@ async def run_node(
         add_key_routes(admin, shared.keys)
         add_limit_routes(admin, shared.tenant_limits)
         app.on_response_prepare.append(add_rate_headers)
-        add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh)
+        add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh, limiter=shared.limiter)
         admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s

@@ -449,6 +449,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("\nREQUESTS (the answering process)")
     c = r["by_class"]
     _table(("TOTAL", "2XX", "4XX", "5XX", "IN FLIGHT"), [(r["total"], c["2xx"], c["4xx"], c["5xx"], r["in_flight"])])
+    if limits := s.get("rate_limits"):
+        print("\nRATE LIMITS")
+        refused = limits["refused"]
+        _table(("SHARE", *(f"REFUSED {k.upper()}" for k in refused)), [(_pct(limits["share"]), *refused.values())])
     return 0
 
 

@@ -2,7 +2,8 @@
 build step), which polls GET /status.json and redraws; `smg-node status` prints the same JSON as tables.
 
 The JSON is this node's view: its mesh's members, the cluster's workers (health verdict, this node's circuit,
-load and in-flight), the models, and this process's request totals (the page derives rates from two polls).
+load and in-flight), the models, this process's request totals (the page derives rates from two polls) and
+the rate limiter's share and refusals.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from mesh import Mesh
+from node.cluster.limiter import ClusterLimiter
 from node.http.mesh_routes import member_json
 from node.http.workers_api import worker_json
 from node.metrics import NodeMetrics
@@ -38,6 +40,7 @@ def status_json(
     metrics: NodeMetrics,
     mesh: Mesh | None,
     started_s: float,
+    limiter: ClusterLimiter | None = None,
 ) -> dict[str, object]:
     now = asyncio.get_running_loop().time()
     tally = metrics.tally
@@ -69,10 +72,18 @@ def status_json(
             "generated": tally.generated,
             "in_flight": tally.in_flight,
         },
-        "rate_limits": None,  # filled once rate limiting exists
+        "rate_limits": _limits(limiter),
         "refresh_ms": REFRESH_MS,
         "generated_at": time.time(),
     }
+
+
+def _limits(limiter: ClusterLimiter | None) -> dict[str, object] | None:
+    """This node's share of each cluster-wide limit (1: it sees the whole cluster) and its refusals so far."""
+    if limiter is None:
+        return None
+    share = limiter.share()
+    return {"share": round(share, 3), "degraded": share < 1.0, "refused": dict(limiter.refused)}
 
 
 def add_status_routes(
@@ -82,6 +93,7 @@ def add_status_routes(
     models: Sequence[ServedModel],
     metrics: NodeMetrics,
     mesh: Mesh | None,
+    limiter: ClusterLimiter | None = None,
 ) -> None:
     started = time.monotonic()
     page = _page()
@@ -90,7 +102,7 @@ def add_status_routes(
         return web.Response(body=page, content_type="text/html", charset="utf-8", headers={"Cache-Control": "no-cache"})
 
     async def as_json(request: web.Request) -> web.Response:
-        body = status_json(pool=pool, models=models, metrics=metrics, mesh=mesh, started_s=started)
+        body = status_json(pool=pool, models=models, metrics=metrics, mesh=mesh, started_s=started, limiter=limiter)
         return web.Response(
             body=msgspec.json.encode(body), content_type="application/json", headers={"Cache-Control": "no-store"}
         )

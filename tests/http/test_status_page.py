@@ -101,6 +101,7 @@ async def test_status_json_and_cli_tables(llama3_model_dir: Path, tmp_path: Path
         assert worker["requests"] == 1 and worker["cache_hit_ratio"] is not None
         assert status["models"] == [{"id": "llama3", "servable": True}]
         assert status["requests"]["by_class"]["2xx"] >= 1
+        assert 0 < status["rate_limits"]["share"] <= 1.0 and status["rate_limits"]["refused"]["requests"] == 0
 
         done = await asyncio.to_thread(
             subprocess.run, [*SMG_NODE, "status", "--node", node.url], capture_output=True, text=True, cwd=REPO,
@@ -112,6 +113,7 @@ async def test_status_json_and_cli_tables(llama3_model_dir: Path, tmp_path: Path
         assert sum(1 for line in lines if line.endswith("alive") or " alive " in line) == 3
         worker_line = next(line for line in lines if line.startswith(m.worker_url))
         assert worker_line.split()[3:6] == ["healthy", "yes", "closed"]
+        assert "RATE LIMITS" in lines
 
         m.sim.send_signal(signal.SIGKILL)
 
