@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.gateway_bench            # full matrix, 3 repetitions (~12 min)
     .venv/bin/python -m bench.gateway_bench --quick    # a tiny matrix, < 60 s
     .venv/bin/python -m bench.gateway_bench --results  # full matrix, then rewrite bench/RESULTS.md's table
+    .venv/bin/python -m bench.gateway_bench --api messages --prompts 200 --outputs 20,200   # Anthropic Messages
 
 One zero-latency simulated worker (`smg-node sim-worker`, prefix cache off) serves both gateways, which run
 one at a time: a single shared worker means both gateways meet the very same engine process, and with the
@@ -55,6 +56,8 @@ WARMUP_OUTPUT_TOKENS = 20
 SETTLE_TIMEOUT_S = 20.0
 # Request numbers below this are left to the readiness probes.
 FIRST_REQUEST_NUMBER = 1000
+# Anthropic Messages has no ignore_eos: the worker's answers run to max_tokens because EOS never comes first.
+MESSAGES_SIM_FLAGS = (*launch.SIM_ZERO_LATENCY_FLAGS, "--eos-after-tokens", "1000000")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class BenchConfig:
     out_dir: Path = DEFAULT_OUT_DIR
     folder: Folder = "llama3"
     corpus: Corpus = "synthetic"
+    api: str = "chat"  # the API driven: "chat" (/v1/chat/completions) or "messages" (/v1/messages)
 
     def points(self) -> list[Point]:
         return [
@@ -138,6 +142,7 @@ def run_gateway(
                     duration_s=config.warmup_s / len(pools),
                     first_number=number,
                     request_timeout_s=config.request_timeout_s,
+                    api=config.api,
                 )
             )
             number = warm.next_number
@@ -157,6 +162,7 @@ def run_gateway(
                     duration_s=config.duration_s,
                     first_number=number,
                     request_timeout_s=config.request_timeout_s,
+                    api=config.api,
                 )
             )
             busy1, own1 = machine_busy_s(), own_cpu_s()
@@ -202,7 +208,11 @@ def run_bench(config: BenchConfig) -> BenchOutcome:
     worker_url = f"grpc://127.0.0.1:{worker_port}"
     number = FIRST_REQUEST_NUMBER
     with launch.running(
-        "sim-worker", launch.sim_worker_command(worker_port, model_dir), log_dir / "sim-worker.log"
+        "sim-worker",
+        launch.sim_worker_command(
+            worker_port, model_dir, MESSAGES_SIM_FLAGS if config.api == "messages" else launch.SIM_ZERO_LATENCY_FLAGS
+        ),
+        log_dir / "sim-worker.log",
     ) as worker:
         launch.wait_port(worker, worker_port, config.ready_timeout_s)
         _log(f"sim worker listening on {worker_url}")
@@ -275,7 +285,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[BenchConfig, argparse.Namesp
     parser.add_argument("--folder", choices=FOLDERS, help="model folder (bench/folders.py) [llama3]")
     parser.add_argument("--corpus", choices=CORPORA, help="prompt text (bench/corpora.py) [synthetic]")
     parser.add_argument("--results", action="store_true", help=f"rewrite the generated table in {RESULTS_PATH}")
+    parser.add_argument("--api", choices=("chat", "messages"), help="the API driven [chat]")
     args = parser.parse_args(argv)
+    if args.results and args.api == "messages":
+        parser.error("--results writes the Chat Completions table; run --api messages without it")
     config = QUICK if args.quick else BenchConfig()
     overrides: dict[str, object] = {}
     if args.gateways:
@@ -294,6 +307,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[BenchConfig, argparse.Namesp
         ("out_dir", "out_dir"),
         ("folder", "folder"),
         ("corpus", "corpus"),
+        ("api", "api"),
     ):
         value = getattr(args, arg)
         if value is not None:

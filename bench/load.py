@@ -84,6 +84,7 @@ class ChatLoad:
     first_number: int  # request numbers (prompt prefixes) start here: distinct across a whole run
     max_requests: int = 0  # 0: only the duration bounds the point
     request_timeout_s: float = 120.0
+    api: str = "chat"  # "chat": /v1/chat/completions; "messages": Anthropic's /v1/messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,67 @@ def request_body(model: str, text: str, max_tokens: int) -> bytes:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+    )
+
+
+def messages_body(model: str, text: str, max_tokens: int) -> bytes:
+    """An Anthropic Messages request. The API has no ignore_eos: the worker is started with EOS far away
+    (gateway_bench's ``MESSAGES_SIM_FLAGS``) so every answer is ``max_tokens`` long too."""
+    return _encode(
+        {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "stream": True}
+    )
+
+
+def _data_of(data: bytes, event: bytes) -> dict[str, object]:
+    """The data of the last complete ``event`` in ``data``. Raises LoadError when there is none."""
+    at = data.rfind(b"event: " + event + b"\ndata: ")
+    end = data.find(b"\n", at + len(event) + 15) if at >= 0 else -1
+    if at < 0 or end < 0:
+        raise LoadError(f"no {event.decode()} event: ...{data[-300:]!r}")
+    value = msgspec.json.decode(data[at + len(event) + 14 : end])
+    if not isinstance(value, dict):
+        raise LoadError(f"bad {event.decode()} event")
+    return value
+
+
+async def stream_messages(session: aiohttp.ClientSession, url: str, body: bytes) -> Sample:
+    """One streaming Anthropic Messages request read to the end (TTFT: the first text_delta).
+
+    Raises:
+        LoadError: non-200 status, an error event or a malformed stream.
+        aiohttp.ClientError, TimeoutError: transport failures.
+    """
+    start = time.perf_counter()
+    first = 0.0
+    head = b""
+    tail = b""
+    headers = {"Content-Type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "bench"}
+    async with session.post(url, data=body, headers=headers) as response:
+        if response.status != 200:
+            raise LoadError(f"HTTP {response.status}: {(await response.text())[:300]}")
+        async for chunk in response.content.iter_any():
+            if not first:
+                head += chunk
+                if b'"text_delta"' in head:
+                    first = time.perf_counter()
+            tail = chunk[-TAIL_BYTES:] if len(chunk) >= TAIL_BYTES else (tail + chunk)[-TAIL_BYTES:]
+    end = time.perf_counter()
+    if b"event: error" in tail or not tail.rstrip().endswith(b'"message_stop"}'):
+        raise LoadError(f"stream did not end with message_stop: ...{tail[-300:]!r}")
+    if not first:
+        raise LoadError(f"no text delta in the stream: {head[:300]!r}")
+    message = _data_of(head, b"message_start").get("message")
+    start_usage = message.get("usage") if isinstance(message, dict) else None
+    usage = _data_of(tail, b"message_delta").get("usage")
+    if not isinstance(start_usage, dict) or not isinstance(usage, dict):
+        raise LoadError("no usage in message_start / message_delta")
+    cached = int(start_usage.get("cache_read_input_tokens") or 0)
+    return Sample(
+        ttft_s=first - start,
+        latency_s=end - start,
+        prompt_tokens=int(start_usage.get("input_tokens") or 0) + cached,
+        completion_tokens=int(usage.get("output_tokens") or 0),
+        cached_tokens=cached,
     )
 
 
@@ -213,7 +275,9 @@ async def stream_chat(
 
 
 async def _run_point(load: ChatLoad) -> LoadResult:
-    url = load.base_url.rstrip("/") + "/v1/chat/completions"
+    messages = load.api == "messages"
+    url = load.base_url.rstrip("/") + ("/v1/messages" if messages else "/v1/chat/completions")
+    make_body = messages_body if messages else request_body
     samples: list[Sample] = []
     errors: list[str] = []
     error_count = 0
@@ -233,10 +297,11 @@ async def _run_point(load: ChatLoad) -> LoadResult:
     async def user(session: aiohttp.ClientSession) -> None:
         nonlocal number, error_count
         while more():
-            body = request_body(load.model, load.pool.text(number), load.max_tokens)
+            body = make_body(load.model, load.pool.text(number), load.max_tokens)
             number += 1
             try:
-                samples.append(await stream_chat(session, url, body))
+                sample = await (stream_messages(session, url, body) if messages else stream_chat(session, url, body))
+                samples.append(sample)
             except (LoadError, aiohttp.ClientError, TimeoutError) as exc:
                 error_count += 1
                 if len(errors) < KEPT_ERRORS:

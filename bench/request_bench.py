@@ -2,16 +2,18 @@
 (node.workers.memory), driven by an aiohttp client over loopback. No gRPC, no SMG: a cheap before/after
 check of the request pipeline's own cost (client parsing included, the same on both sides).
 
-    .venv/bin/python -m bench.request_bench [--requests 200]
+    .venv/bin/python -m bench.request_bench [--requests 200] [--api chat,messages] [--outputs 20,200]
 
-Chat completions with a short prompt and a 200-token answer (Llama-3 tokenizer): streamed (one token per
-worker message, so one SSE frame per token) and not streamed; median of 5 rounds, CPU time of the process.
+Chat completions (``--api messages``: Anthropic Messages, the same prompt and answer) with a 200-token prompt
+and a 200-token answer (``--outputs``; Llama-3 tokenizer): streamed (one token per worker message, so one SSE
+frame per token) and not streamed; median of 5 rounds, CPU time of the process.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import statistics
 import sys
 import time
@@ -35,16 +37,26 @@ from storage.memory import memory_stores
 BENCH_DIR = Path(__file__).resolve().parent
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest. " * 20
 ANSWER_TOKENS = 200
+PROMPT_TOKENS = 200
 ROUNDS = 5
+PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}
 
 
-async def run(requests: int, *, deadlines_off: bool) -> dict[str, float]:
+async def run(
+    requests: int,
+    *,
+    deadlines_off: bool,
+    apis: tuple[str, ...] = ("chat",),
+    outputs: tuple[int, ...] = (ANSWER_TOKENS,),
+) -> dict[str, float]:
     model_dir = launch.prepare_model(BENCH_DIR / "out" / "models")
     model = load_served_model(str(model_dir), served_name="llama3")
-    answer = model.tokenizer.encode(TEXT, add_special_tokens=False)[:ANSWER_TOKENS]
+    text_ids = model.tokenizer.encode(TEXT * 2, add_special_tokens=False)
+    # The user turn: PROMPT_TOKENS tokens of text (the template adds its own few around it).
+    question = model.tokenizer.decode(text_ids[:PROMPT_TOKENS], skip_special_tokens=True)
 
     def reply(request: WorkerRequest) -> list[list[int]]:
-        return [answer] * request.params.n
+        return [text_ids[: request.params.max_tokens]] * request.params.n
 
     cpu = CpuPool(threads=2)
     async with Supervisor() as sup:
@@ -64,19 +76,19 @@ async def run(requests: int, *, deadlines_off: bool) -> dict[str, float]:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
         results: dict[str, float] = {}
         try:
             async with aiohttp.ClientSession() as http:
-                for stream in (True, False):
+                for api, answer_tokens, stream in itertools.product(apis, outputs, (True, False)):
+                    url = f"http://127.0.0.1:{port}{PATHS[api]}"
                     body = {
                         "model": "llama3",
-                        "messages": [{"role": "user", "content": "Tell me about the fox."}],
-                        "max_tokens": ANSWER_TOKENS,
+                        "messages": [{"role": "user", "content": question}],
+                        "max_tokens": answer_tokens,
                         "stream": stream,
                     }
 
-                    async def one(body: dict[str, object] = body) -> None:
+                    async def one(body: dict[str, object] = body, url: str = url) -> None:
                         async with http.post(url, json=body) as resp:
                             assert resp.status == 200, await resp.text()
                             await resp.read()
@@ -89,7 +101,8 @@ async def run(requests: int, *, deadlines_off: bool) -> dict[str, float]:
                         for _ in range(requests):
                             await one()
                         rounds.append(1e6 * (time.process_time() - start) / requests)
-                    results["stream" if stream else "json"] = statistics.median(rounds)
+                    kind = "stream" if stream else "json"
+                    results[f"{api} {PROMPT_TOKENS}/{answer_tokens} {kind}"] = statistics.median(rounds)
         finally:
             await runner.cleanup()
             cpu.close()
@@ -102,10 +115,16 @@ def main() -> int:
     parser.add_argument(
         "--deadlines-off", action="store_true", help="no per-stream deadlines (their per-message timer costs CPU)"
     )
+    parser.add_argument("--api", default="chat", help="comma-separated: chat, messages (Anthropic)")
+    parser.add_argument("--outputs", default=str(ANSWER_TOKENS), help="answer lengths in tokens, e.g. 20,200")
     args = parser.parse_args()
-    results = asyncio.run(run(args.requests, deadlines_off=args.deadlines_off))
+    apis = tuple(a.strip() for a in args.api.split(","))
+    if unknown := set(apis) - set(PATHS):
+        parser.error(f"unknown --api {', '.join(sorted(unknown))}; known: {', '.join(PATHS)}")
+    outputs = tuple(int(o) for o in args.outputs.split(","))
+    results = asyncio.run(run(args.requests, deadlines_off=args.deadlines_off, apis=apis, outputs=outputs))
     for kind, us in results.items():
-        print(f"{kind}: {us:.0f} µs CPU per chat request ({ANSWER_TOKENS}-token answer, client included)")
+        print(f"{kind}: {us:.0f} µs CPU per request (prompt/answer tokens, client included)")
     return 0
 
 

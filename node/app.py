@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -29,7 +30,7 @@ from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
-from node.config import HttpConfig, NodeConfig
+from node.config import HttpConfig, ModelConfig, NodeConfig
 from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
 from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
@@ -334,6 +335,13 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     matching them) and each served by the workers that name it. Raises ValueError on a name clash."""
     loop = asyncio.get_running_loop()
     paths = config.model.model_path
+    # The names a MODEL=NAME parser override may use: the served name given, the folder's name or path.
+    known = [
+        frozenset({path, Path(path).name} | ({served} if served else set()))
+        for k, path in enumerate(paths)
+        for served in [config.model.served_model_name if k == 0 else ""]
+    ]
+    _check_parser_overrides(config.model, known)
     loading = [
         loop.run_in_executor(
             None,
@@ -343,6 +351,8 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
                 served_name=config.model.served_model_name if k == 0 else "",
                 chat_template_file=config.model.chat_template if k == 0 else "",
                 tokenizer_cache=config.tokenizer_cache,
+                tool_call_parser=config.model.parsers_for(known[k])[0],
+                reasoning_parser=config.model.parsers_for(known[k])[1],
             ),
         )
         for k, path in enumerate(paths)
@@ -375,6 +385,16 @@ def _dns_discovery(config: NodeConfig, registry: WorkerRegistry) -> DnsDiscovery
     return DnsDiscovery(
         d.targets(), registry, client, interval_s=d.worker_dns_interval_s, max_workers=config.workers.max_workers
     )
+
+
+def _check_parser_overrides(config: ModelConfig, known: list[frozenset[str]]) -> None:
+    """Raises ValueError for a MODEL=NAME parser override naming no served model (a typo would otherwise
+    silently leave that model on the fleet-wide parser)."""
+    for values in (config.model_tool_call_parser, config.model_reasoning_parser):
+        for value in values:
+            model = value.rpartition("=")[0]
+            if not any(model in names for names in known):
+                raise ValueError(f"parser override {value!r}: no --model-path is known as {model!r}")
 
 
 def _model_of(models: list[ServedModel], worker: Worker) -> str | None:

@@ -143,6 +143,42 @@ class ModelConfig:
     chat_template: str = field(
         default="", metadata={"help": "file with a Jinja chat template overriding tokenizer_config.json's"}
     )
+    tool_call_parser: str = field(
+        default="auto",
+        metadata={
+            "help": "tool-call parser of every model, by vLLM's name (hermes, llama3_json, deepseek_v3, ...); "
+            "auto: detected from the model folder; none: tool calls stay text"
+        },
+    )
+    reasoning_parser: str = field(
+        default="auto",
+        metadata={
+            "help": "reasoning parser of every model, by vLLM's name (qwen3, deepseek_r1, ...); auto: detected "
+            "from the model folder; none: reasoning stays text"
+        },
+    )
+    model_tool_call_parser: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "MODEL=NAME: the tool-call parser of one model (its served name, folder name or path), "
+            "overriding --tool-call-parser; repeat per model",
+            "metavar": "MODEL=NAME",
+        },
+    )
+    model_reasoning_parser: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "MODEL=NAME: the reasoning parser of one model, overriding --reasoning-parser; repeat per model",
+            "metavar": "MODEL=NAME",
+        },
+    )
+
+    def parsers_for(self, names: frozenset[str]) -> tuple[str, str]:
+        """The (tool-call, reasoning) parser names of the model known by ``names`` (served name, folder
+        name, path): its MODEL=NAME override, else the fleet-wide setting."""
+        tool = next((v for k, v in _pairs(self.model_tool_call_parser) if k in names), self.tool_call_parser)
+        reasoning = next((v for k, v in _pairs(self.model_reasoning_parser) if k in names), self.reasoning_parser)
+        return tool, reasoning
 
     def __post_init__(self) -> None:
         given: object = self.model_path
@@ -152,6 +188,24 @@ class ModelConfig:
             raise ValueError("model_path is required (--model-path DIR)")
         if len(set(self.model_path)) != len(self.model_path):
             raise ValueError("model_path: a folder is given twice")
+        for key in ("model_tool_call_parser", "model_reasoning_parser"):
+            given = getattr(self, key)
+            if isinstance(given, str):
+                object.__setattr__(self, key, (given,) if given else ())
+            models = [m for m, _ in _pairs(getattr(self, key), key=key)]
+            if len(set(models)) != len(models):
+                raise ValueError(f"{key}: a model is given twice")
+
+
+def _pairs(values: tuple[str, ...], *, key: str = "") -> list[tuple[str, str]]:
+    """MODEL=NAME values as pairs. Raises ValueError (naming ``key``) for a value without both sides."""
+    out = []
+    for value in values:
+        model, sep, name = value.rpartition("=")
+        if not sep or not model or not name:
+            raise ValueError(f"{key}: expected MODEL=NAME, got {value!r}")
+        out.append((model, name))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ envelope."""
 from __future__ import annotations
 
 from node.http.adapter import AdapterFactory
+from node.http.anthropic_messages import Messages
 from node.http.openai_chat import ChatCompletions
 from node.http.openai_completions import Completions
 from node.http.openai_conversations import Conversations
@@ -15,4 +16,5 @@ ADAPTERS: tuple[AdapterFactory, ...] = (
     Completions,
     Responses,
     Conversations,
+    Messages,
 )

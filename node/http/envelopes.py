@@ -30,6 +30,10 @@ class EdgeError:
 
 
 class ErrorEnvelope(Protocol):
+    def status(self, error: EdgeError) -> int:
+        """The HTTP status the API answers this error with (APIs differ: Anthropic's overloaded is 529)."""
+        ...
+
     def body(self, error: EdgeError) -> bytes:
         """The JSON body of an error response."""
         ...
@@ -38,6 +42,9 @@ class ErrorEnvelope(Protocol):
 class OpenAIEnvelope:
     """{"error": {"message", "type", "param", "code", "request_id"}} (request_id: our addition, which OpenAI's
     SDKs keep in the error's body)"""
+
+    def status(self, error: EdgeError) -> int:
+        return error.status
 
     def body(self, error: EdgeError) -> bytes:
         return error_body(

@@ -104,7 +104,7 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
             error = dataclasses.replace(error, request_id=ctx.request_id)
         envelope = envelopes.get(request.match_info.route, OPENAI)
         return web.Response(
-            status=error.status, body=envelope.body(error), content_type="application/json", headers=headers
+            status=envelope.status(error), body=envelope.body(error), content_type="application/json", headers=headers
         )
 
     return map_errors

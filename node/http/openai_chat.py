@@ -56,6 +56,8 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             raise InvalidRequest(f"A {msg.role} message needs 'content'.", param=f"messages[{i}].content")
         if msg.name is not None:
             item["name"] = msg.name
+        if msg.reasoning_content is not None and msg.role == "assistant":
+            item["reasoning_content"] = msg.reasoning_content
         if msg.tool_calls:
             if msg.role != "assistant":
                 raise InvalidRequest("Only assistant messages may carry 'tool_calls'.", param=f"messages[{i}]")
@@ -88,12 +90,20 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
             param="continue_final_message",
         )
     use_completion_tokens = req.max_completion_tokens is not None
-    tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
-    constrained = common.output_constraint(req, tools=tools, tool_choice=req.tool_choice)
+    schemas: dict[str, dict[str, Any]] = {}
+    for k, tool in enumerate(req.tools or ()):
+        if tool.function.name in schemas:
+            raise InvalidRequest(f"Two tools are named {tool.function.name!r}.", param=f"tools[{k}].function.name")
+        schemas[tool.function.name] = tool.function.parameters or {}
+    tools = common.tool_use(schemas, req.tool_choice, parallel=req.parallel_tool_calls, api="chat")
+    offered = tools is not None and tools.choice != "none"
+    listed = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
+    # tool_choice required / a named function: the engine is constrained to call (node.pipeline.constraints).
+    constrained = common.output_constraint(req, tools=listed, tool_choice=req.tool_choice)
     prompt = ChatPrompt(
         messages=template_messages(req.messages),
-        # tool_choice "none": the model is not told about the tools at all, so it cannot call one.
-        tools=tools if req.tool_choice != "none" else None,
+        # tool_choice "none": the tools are not offered to the model at all.
+        tools=listed if offered else None,
         add_generation_prompt=req.add_generation_prompt,
         continue_final_message=req.continue_final_message,
         template_kwargs=req.chat_template_kwargs,
@@ -110,6 +120,7 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
         stream=req.stream,
         budget_param="max_completion_tokens" if use_completion_tokens else "max_tokens",
         prompt_param="messages",
+        tools=tools,
         constraint=constrained.constraint if constrained is not None else None,
     )
 
@@ -173,7 +184,9 @@ class _ChatView:
                         usage = ev
 
         def message(i: int) -> dict[str, Any]:
-            msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts[i]), "refusal": None}
+            text = "".join(texts[i])
+            # As OpenAI: a message that only calls tools has null content.
+            msg: dict[str, Any] = {"role": "assistant", "content": text or None if calls[i] else text, "refusal": None}
             if reasoning[i]:
                 msg["reasoning_content"] = "".join(reasoning[i])
             if calls[i]:
@@ -190,7 +203,7 @@ class _ChatView:
                     "index": i,
                     "message": message(i),
                     "logprobs": {"content": logprobs[i], "refusal": None} if self._want_logprobs else None,
-                    "finish_reason": reasons[i],
+                    "finish_reason": _finish_reason(reasons[i], bool(calls[i])),
                 }
                 for i in range(n)
             ],
@@ -226,6 +239,7 @@ class _ChatView:
                     )
                 )
             open_choices = self._n
+            called: set[int] = set()  # choices that made a tool call
             want_logprobs = self._want_logprobs
             try:
                 batch = first
@@ -240,13 +254,20 @@ class _ChatView:
                             # OpenAI ends each choice with an empty delta and the reason.
                             out.add(
                                 frames.with_choice(
-                                    {"index": ev.index, "delta": {}, "logprobs": None, "finish_reason": ev.reason}
+                                    {
+                                        "index": ev.index,
+                                        "delta": {},
+                                        "logprobs": None,
+                                        "finish_reason": _finish_reason(ev.reason, ev.index in called),
+                                    }
                                 )
                             )
                             open_choices -= 1
                         elif type(ev) is Usage:
                             usage = ev
                         elif isinstance(ev, ReasoningDelta | ToolCallDelta):
+                            if type(ev) is ToolCallDelta:
+                                called.add(ev.index)
                             out.add(self._frame(frames, ev.index, _side_delta(ev), None))
                     if open_choices:
                         await out.flush()
@@ -269,6 +290,11 @@ class _ChatView:
             else None
         )
         return frames.with_choice({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None})
+
+
+def _finish_reason(reason: str | None, called: bool) -> str | None:
+    """OpenAI's finish_reason: "tool_calls" when a choice that called a tool ended on its own."""
+    return "tool_calls" if called and reason == "stop" else reason
 
 
 def _side_delta(ev: ReasoningDelta | ToolCallDelta) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from node.errors import InvalidRequest
 from node.http.adapter import AdapterEnv
@@ -15,7 +15,7 @@ from node.http.openai_types import SamplingFields
 from node.pipeline import constraints
 from node.pipeline.constraints import OutputConstraint
 from node.pipeline.events import TokenLogprob, Usage
-from node.pipeline.request import Sampling
+from node.pipeline.request import NamedTool, Sampling, ToolChoice, ToolUse
 from node.pipeline.served_model import ServedModel
 
 
@@ -53,6 +53,44 @@ def sampling_of(req: SamplingFields, *, max_tokens: int | None, logprobs: int | 
     )
 
 
+def tool_use(
+    schemas: Mapping[str, Mapping[str, Any]],
+    raw_choice: Any,
+    *,
+    parallel: bool,
+    api: Literal["chat", "responses"],
+    max_calls: int | None = None,
+) -> ToolUse | None:
+    """The request's tools and ``tool_choice`` as the neutral request has them (None: no tools listed).
+    A named choice is ``{"type": "function", "function": {"name"}}`` in Chat Completions and
+    ``{"type": "function", "name"}`` in Responses. Raises InvalidRequest naming ``tool_choice``."""
+    choice: ToolChoice
+    if raw_choice is None:
+        choice = "auto" if schemas else "none"
+    elif raw_choice in ("none", "auto", "required"):
+        choice = raw_choice
+    elif isinstance(raw_choice, dict) and raw_choice.get("type") == "function":
+        holder = raw_choice.get("function") if api == "chat" else raw_choice
+        name = holder.get("name") if isinstance(holder, dict) else None
+        if not isinstance(name, str):
+            where = "tool_choice.function.name" if api == "chat" else "tool_choice.name"
+            raise InvalidRequest(f"Missing required parameter: '{where}'.", param="tool_choice")
+        if name not in schemas:
+            raise InvalidRequest(
+                f"'tool_choice' names the function {name!r}, which is not in 'tools'.", param="tool_choice"
+            )
+        choice = NamedTool(name)
+    else:
+        raise InvalidRequest(
+            "'tool_choice' must be 'none', 'auto', 'required' or a function tool choice object.", param="tool_choice"
+        )
+    if choice == "required" and not schemas:
+        raise InvalidRequest("'tool_choice' is 'required' but no 'tools' are given.", param="tool_choice")
+    if max_calls is not None and max_calls < 0:
+        raise InvalidRequest("'max_tool_calls' must be >= 0.", param="max_tool_calls")
+    return ToolUse(schemas, choice, parallel, max_calls) if schemas else None
+
+
 def output_constraint(
     req: SamplingFields,
     *,
@@ -82,6 +120,7 @@ def usage_dict(usage: Usage) -> dict[str, Any]:
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
 
 

@@ -27,11 +27,12 @@ from node.http.adapter import AdapterEnv, Route
 from node.http.errors import read_json
 from node.http.middleware import context_of
 from node.http.pages import json_response, mint_id, page_object, page_query
+from node.http.responses_output import ResponseOutput
 from node.http.responses_stream import ResponseEvents
 from node.http.responses_types import ResponsesRequest
 from node.http.sse import open_stream
 from node.pipeline import responses_items as items
-from node.pipeline.events import ContentDelta, Finish, Usage
+from node.pipeline.events import Finish, Usage
 from node.pipeline.request import ChatPrompt, GenerateRequest, Sampling
 from node.pipeline.run import Run
 from node.pipeline.served_model import ServedModel
@@ -47,9 +48,10 @@ MAX_CONVERSATION_CONTEXT_ITEMS = 10_000
 def usage_object(usage: Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        # cache_write_tokens: OpenAI's explicit cache writes; engines here cache prefixes implicitly.
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.total_tokens,
     }
 
@@ -67,6 +69,7 @@ class _Turn:
     temperature: float
     top_p: float
     model: str
+    tool_choice: Any
 
     def response(
         self,
@@ -76,39 +79,46 @@ class _Turn:
         usage: Usage | None = None,
         error: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """The Response object: every field OpenAI's schema lists, with its documented type."""
         req = self.req
         conv = req.conversation_id
+        done = status in ("completed", "incomplete")
         return {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": common.now_s() if done else None,
             "status": status,
             "background": False,
             "error": error,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "instructions": req.instructions,
             "max_output_tokens": req.max_output_tokens,
+            "max_tool_calls": req.max_tool_calls,
             "model": self.model,
             "output": output,
             "parallel_tool_calls": req.parallel_tool_calls,
             "previous_response_id": req.previous_response_id,
             "conversation": {"id": conv} if conv is not None else None,
+            "reasoning": {"effort": None, "summary": None, **(req.reasoning or {})},
             "store": req.store,
+            "service_tier": req.service_tier or "default",
             "temperature": self.temperature,
             "top_p": self.top_p,
-            "tool_choice": req.tool_choice,
+            "top_logprobs": req.top_logprobs or 0,
+            "presence_penalty": req.presence_penalty or 0.0,
+            "frequency_penalty": req.frequency_penalty or 0.0,
+            "tool_choice": self.tool_choice,
             "tools": self.tools,
             # Echoed as sent (node.pipeline.constraints validated it), the default when absent.
             "text": req.text if isinstance(req.text, dict) and req.text.get("format") else {"format": {"type": "text"}},
-            "truncation": "disabled",
+            "truncation": req.truncation or "disabled",
             "usage": usage_object(usage) if usage is not None else None,
             "user": req.user,
+            "safety_identifier": req.safety_identifier,
+            "prompt_cache_key": req.prompt_cache_key,
             "metadata": req.metadata or {},
         }
-
-
-def _in_progress_item(item_id: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
 
 
 def _failed(exc: GatewayError) -> dict[str, Any]:
@@ -190,6 +200,13 @@ class Responses(common.OpenAIAdapter):
         tenant = ctx.tenant
         inputs = items.normalize_input(raw_input, mint_id)
         tools = items.normalize_tools(req.tools)
+        tool_use = common.tool_use(
+            {t["name"]: t["parameters"] or {} for t in tools},
+            req.tool_choice,
+            parallel=req.parallel_tool_calls,
+            api="responses",
+            max_calls=req.max_tool_calls,
+        )
         constrained = common.output_constraint(req, tools=tools, tool_choice=req.tool_choice, text_format=req.text)
         conv = req.conversation_id
         if not req.store and conv is not None and len(inputs) + 1 > MAX_ITEMS_PER_ADD:
@@ -207,7 +224,8 @@ class Responses(common.OpenAIAdapter):
             raise InvalidRequest("'input' must contain at least one item.", param="input")
         prompt = ChatPrompt(
             messages=messages,
-            tools=items.chat_tools(tools) if req.tool_choice != "none" else None,
+            # tool_choice "none": the tools are not offered to the model at all.
+            tools=items.chat_tools(tools) if tool_use is not None and tool_use.choice != "none" else None,
             template_kwargs=req.chat_template_kwargs,
         )
         neutral = GenerateRequest(
@@ -217,6 +235,7 @@ class Responses(common.OpenAIAdapter):
             stream=req.stream,
             budget_param="max_output_tokens",
             prompt_param="input",
+            tools=tool_use,
             constraint=constrained.constraint if constrained is not None else None,
         )
         rid = mint_id("resp")
@@ -232,13 +251,14 @@ class Responses(common.OpenAIAdapter):
             temperature=params.temperature if params.temperature is not None else 1.0,
             top_p=params.top_p,
             model=model.name,
+            tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
         )
         run = pipeline.run(prepared, ctx)
         if req.stream:
             return await self._stream(request, turn, run)
         return await self._complete(turn, run)
 
-    async def _persist(self, turn: _Turn, response: dict[str, Any], output: dict[str, Any]) -> None:
+    async def _persist(self, turn: _Turn, response: dict[str, Any], output: list[dict[str, Any]]) -> None:
         """Make the finished response durable (store=true) or at least its items (conversation only).
 
         Raises StorageUnavailableError, StorageContendedError, StorageFailed, NotFound (the previous response
@@ -254,38 +274,37 @@ class Responses(common.OpenAIAdapter):
                 id=turn.id,
                 created_at=turn.created_at,
                 body=body,
-                output=(Item.from_json(output),),
+                output=tuple(Item.from_json(item) for item in output),
                 previous_response_id=req.previous_response_id,
                 conversation_id=conv,
             )
             await history.run(lambda: history.responses.put(turn.tenant, record, inputs), param=param)
         elif conv is not None:
-            added = [*inputs, Item.from_json(output)]
+            added = [*inputs, *(Item.from_json(item) for item in output)]
             await history.run(lambda: history.conversations.add_items(turn.tenant, conv, added), param=param)
 
     async def _complete(self, turn: _Turn, run: Run) -> web.Response:
-        texts: list[str] = []
+        output = ResponseOutput(mint_id)
         reason: str | None = None
         usage = run.usage
         async with contextlib.aclosing(run.events()) as events:
             async for batch in events:
                 for ev in batch:
-                    if type(ev) is ContentDelta:
-                        texts.append(ev.text)
-                    elif type(ev) is Finish:
+                    if type(ev) is Finish:
                         reason = ev.reason
                     elif type(ev) is Usage:
                         usage = ev
+                    else:
+                        output.feed(ev)
+        output.finish(reason)
         status = "incomplete" if reason == "length" else "completed"
-        output = items.output_message(mint_id("msg"), "".join(texts), status=status)
-        response = turn.response(status=status, output=[output], usage=usage)
-        await self._persist(turn, response, output)
+        response = turn.response(status=status, output=output.items, usage=usage)
+        await self._persist(turn, response, output.items)
         return json_response(response)
 
     async def _stream(self, request: web.Request, turn: _Turn, run: Run) -> web.StreamResponse:
-        item_id = mint_id("msg")
-        frames = ResponseEvents(item_id)
-        texts: list[str] = []
+        frames = ResponseEvents()
+        output = ResponseOutput(mint_id, frames)
         reason: str | None = None
         usage = run.usage
         async with contextlib.aclosing(run.events()) as events:
@@ -295,40 +314,33 @@ class Responses(common.OpenAIAdapter):
             resp = await open_stream(request)  # writes wait for a slow reader (node/http/sse.py)
             started = turn.response(status="in_progress", output=[])
             await resp.write(
-                frames.response("response.created", started)
-                + frames.response("response.in_progress", started)
-                + frames.item_added(_in_progress_item(item_id))
-                + frames.part_added()
+                frames.response("response.created", started) + frames.response("response.in_progress", started)
             )
             try:
                 batch = first
                 while batch is not None:
                     chunk = b""
                     for ev in batch:
-                        if type(ev) is ContentDelta:
-                            if ev.text:
-                                texts.append(ev.text)
-                                chunk += frames.delta(ev.text)
-                        elif type(ev) is Finish:
+                        if type(ev) is Finish:
                             reason = ev.reason
                         elif type(ev) is Usage:
                             usage = ev
+                        else:
+                            chunk += output.feed(ev)
                     if chunk:
                         await resp.write(chunk)
                     batch = await anext(events, None)
             except GatewayError as exc:
-                failed = turn.response(status="failed", output=[], error=_failed(exc))
+                failed = turn.response(status="failed", output=output.items, error=_failed(exc))
                 await resp.write(frames.response("response.failed", failed))
                 return resp
-        text = "".join(texts)
         status = "incomplete" if reason == "length" else "completed"
-        output = items.output_message(item_id, text, status=status)
-        await resp.write(frames.text_done(text) + frames.part_done(text) + frames.item_done(output))
-        final = turn.response(status=status, output=[output], usage=usage)
+        await resp.write(output.finish(reason))
+        final = turn.response(status=status, output=output.items, usage=usage)
         try:
-            await self._persist(turn, final, output)
+            await self._persist(turn, final, output.items)
         except GatewayError as exc:
-            failed = turn.response(status="failed", output=[output], usage=usage, error=_failed(exc))
+            failed = turn.response(status="failed", output=output.items, usage=usage, error=_failed(exc))
             await resp.write(frames.response("response.failed", failed))
             return resp
         await resp.write(frames.response(f"response.{status}", final))

@@ -42,6 +42,9 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    # An earlier assistant turn's reasoning, as this API returned it (vLLM's field); templates that render
+    # reasoning (Qwen3's, for the turn after the last user message) read it.
+    reasoning_content: str | None = None
 
 
 class FunctionDef(msgspec.Struct, kw_only=True):
@@ -100,6 +103,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     top_logprobs: Count | None = None
     tools: list[Tool] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool = True
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None

@@ -1,13 +1,18 @@
 """Server-sent events of a streamed Responses API answer, as OpenAI frames them: `event: <type>` then
 `data: <json>` whose `type` repeats the event name, every event numbered by `sequence_number` from 0.
 
-The sequence for one text answer:
-response.created, response.in_progress, response.output_item.added, response.content_part.added,
-response.output_text.delta ..., response.output_text.done, response.content_part.done,
-response.output_item.done, then one terminal event: response.completed (or response.incomplete when the
-token budget ran out, response.failed on an error). There is no `[DONE]` sentinel.
+The sequence: response.created, response.in_progress, then per output item (in order, each closed before
+the next one opens; node/http/responses_output.py decides which):
+  reasoning:     output_item.added, content_part.added, reasoning_text.delta ..., reasoning_text.done,
+                 content_part.done, output_item.done
+  message:       output_item.added, content_part.added, output_text.delta ..., output_text.done,
+                 content_part.done, output_item.done
+  function_call: output_item.added, function_call_arguments.delta ..., function_call_arguments.done,
+                 output_item.done
+then one terminal event: response.completed (or response.incomplete when the token budget ran out,
+response.failed on an error). There is no `[DONE]` sentinel.
 
-Pure: bytes out, no I/O. Delta frames are the hot path and are built from a precomputed byte template.
+Pure: bytes out, no I/O. Text delta frames are the hot path and are built from a per-item byte template.
 """
 
 from __future__ import annotations
@@ -21,23 +26,13 @@ _ENCODE = msgspec.json.Encoder().encode
 TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
 
-def _text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": []}
-
-
 class ResponseEvents:
-    """Frames for one response with one message item (output_index 0, content_index 0)."""
+    """Numbers and frames the events of one response."""
 
-    __slots__ = ("_delta_head", "_item_id", "_seq")
+    __slots__ = ("_seq",)
 
-    def __init__(self, item_id: str) -> None:
-        self._item_id = item_id
+    def __init__(self) -> None:
         self._seq = 0
-        self._delta_head = (
-            b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
-            + _ENCODE(item_id)
-            + b',"output_index":0,"content_index":0,"logprobs":[],"sequence_number":'
-        )
 
     @property
     def sent(self) -> int:
@@ -57,29 +52,21 @@ class ResponseEvents:
         """response.created / in_progress / completed / incomplete / failed, carrying the whole object."""
         return self.event(kind, {"response": response})
 
-    def item_added(self, item: dict[str, Any]) -> bytes:
-        return self.event("response.output_item.added", {"output_index": 0, "item": item})
-
-    def part_added(self) -> bytes:
-        return self.event(
-            "response.content_part.added",
-            {"item_id": self._item_id, "output_index": 0, "content_index": 0, "part": _text_part("")},
+    @staticmethod
+    def delta_head(kind: str, item_id: str, output_index: int, *, logprobs: bool = False) -> bytes:
+        """The constant start of one item's delta frames (``kind``: response.output_text.delta, ...)."""
+        return (
+            b"event: "
+            + kind.encode()
+            + b'\ndata: {"type":"'
+            + kind.encode()
+            + b'","item_id":'
+            + _ENCODE(item_id)
+            + b',"output_index":%d' % output_index
+            + (b',"content_index":0' if kind != "response.function_call_arguments.delta" else b"")
+            + (b',"logprobs":[]' if logprobs else b"")
+            + b',"sequence_number":'
         )
 
-    def delta(self, text: str) -> bytes:
-        return self._delta_head + b'%d,"delta":%b}\n\n' % (self._next(), _ENCODE(text))
-
-    def text_done(self, text: str) -> bytes:
-        return self.event(
-            "response.output_text.done",
-            {"item_id": self._item_id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []},
-        )
-
-    def part_done(self, text: str) -> bytes:
-        return self.event(
-            "response.content_part.done",
-            {"item_id": self._item_id, "output_index": 0, "content_index": 0, "part": _text_part(text)},
-        )
-
-    def item_done(self, item: dict[str, Any]) -> bytes:
-        return self.event("response.output_item.done", {"output_index": 0, "item": item})
+    def delta(self, head: bytes, text: str) -> bytes:
+        return head + b'%d,"delta":%b}\n\n' % (self._next(), _ENCODE(text))

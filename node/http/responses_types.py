@@ -27,11 +27,19 @@ class ResponsesRequest(SamplingFields, kw_only=True):
     store: bool = True
     max_output_tokens: Count | None = None
     tools: list[Any] | None = None
-    tool_choice: Any = "auto"
+    tool_choice: Any = None
     parallel_tool_calls: bool = True
+    max_tool_calls: Count | None = None
     text: Any = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
     metadata: dict[str, str] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # Echoed on the response as sent (OpenAI's fields a self-hosted model has no use for, or not yet).
+    top_logprobs: Count | None = None
+    reasoning: dict[str, Any] | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    truncation: str | None = None
 
     @property
     def conversation_id(self) -> str | None:

@@ -49,10 +49,12 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """Choice ``index`` ended: "stop" (EOS, stop token or string) or "length" (the token budget)."""
+    """Choice ``index`` ended: "stop" (EOS, stop token or string) or "length" (the token budget, or the
+    reasoning budget). ``stop``: the client's stop string that ended it (None: EOS, a stop token, a budget)."""
 
     index: int
     reason: str
+    stop: str | None = None
 
 
 @dataclass(slots=True)
@@ -63,6 +65,8 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int = 0
     cached_tokens: int = 0
+    # Completion tokens spent inside a reasoning block (counted by token id; 0 without a reasoning parser).
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -20,6 +20,7 @@ from typing import Protocol
 from node.errors import WorkerAborted, WorkerProtocolError
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.events import ContentDelta, Event, Finish, TokenLogprob, Usage
+from node.pipeline.parsing import KeepingDetokenizer, ThinkCounter
 from node.pipeline.spec import GenerateSpec
 from node.pipeline.stops import StopMatcher, StopSet
 from node.pipeline.tokenizer import Tokenizer
@@ -43,18 +44,26 @@ class TextStage(Protocol):
     def finish(self, index: int, events: list[Event]) -> str: ...
 
 
+class Detokenizer(Protocol):
+    def step(self, ids: Sequence[int]) -> str: ...
+
+    def finish(self) -> str: ...
+
+
 #: The text stages of one choice, made per choice (stages keep state). None: no stages, the fast path.
 Stages = Callable[[GenerateSpec], Sequence[TextStage]]
 
 
 @dataclass(slots=True)
 class _Choice:
-    detok: IncrementalDetokenizer
+    detok: Detokenizer
     stops: StopMatcher | None
     stages: Sequence[TextStage] = ()
+    thinking: ThinkCounter | None = None  # counts reasoning tokens by id
     last_chunk: tuple[int, ...] = ()  # ids of the latest streamed chunk
     consumed: int = 0  # ids that count as completion tokens
     finished: bool = False
+    over_budget: bool = False  # reached the reasoning budget inside the block: ends after this step
 
 
 def _ended(choice: _Choice) -> bool:
@@ -89,15 +98,29 @@ class OutputProcessor:
         self.usage = Usage(prompt_tokens=len(spec.prompt_ids))
         n = spec.params.n
         stop_set = StopSet(spec.stops)  # built once, shared by the n choices' matchers
+        plan = spec.parsing
+        context = spec.prompt_ids[-PROMPT_CONTEXT_IDS:]
+        # The parsers' special-token delimiters are decoded even when the client skips special tokens.
+        keep = plan.keep_ids if plan is not None and spec.params.skip_special_tokens else frozenset()
+        think_ids = plan.think_ids if plan is not None else None
+        # The reasoning budget is enforced where reasoning tokens are counted (by id): not without think ids.
+        self._think_budget = plan.think_budget if plan is not None and think_ids is not None else None
+
+        def detokenizer() -> Detokenizer:
+            if keep:
+                return KeepingDetokenizer(tokenizer, keep, context)
+            return IncrementalDetokenizer(
+                tokenizer.raw, skip_special_tokens=spec.params.skip_special_tokens, prompt_ids=context
+            )
+
         self._choices = [
             _Choice(
-                detok=IncrementalDetokenizer(
-                    tokenizer.raw,
-                    skip_special_tokens=spec.params.skip_special_tokens,
-                    prompt_ids=spec.prompt_ids[-PROMPT_CONTEXT_IDS:],
-                ),
+                detok=detokenizer(),
                 stops=StopMatcher(stop_set, include_stop_str=spec.include_stop_str) if stop_set else None,
                 stages=stages(spec) if stages is not None else (),
+                thinking=ThinkCounter(think_ids, in_reasoning=plan.in_reasoning)
+                if think_ids is not None and plan is not None
+                else None,
             )
             for _ in range(n)
         ]
@@ -107,7 +130,13 @@ class OutputProcessor:
         self.worker_streams = spec.client_stream or bool(spec.stops)
         # Per-token stepping is needed only to know exactly which token completed a stop string or to attach
         # logprobs/ids to the text they produced; otherwise whole chunks are detokenized at once.
-        self._per_token = bool(spec.stops) or spec.params.logprobs is not None or spec.want_token_ids
+        # A reasoning budget ends a choice at an exact token too, whatever the chunking.
+        self._per_token = (
+            bool(spec.stops)
+            or spec.params.logprobs is not None
+            or spec.want_token_ids
+            or self._think_budget is not None
+        )
         # Read per token: kept as plain attributes rather than looked up through the spec each time.
         self._min_tokens = spec.params.min_tokens
         self._terminators = spec.terminators
@@ -176,27 +205,50 @@ class OutputProcessor:
             cut = next(k for k, t in enumerate(ids) if t in terminators)
             # The terminator counts as generated (as engines count EOS) but is not part of the text.
             choice.consumed += cut + 1
+            if choice.thinking is not None:
+                self._think(choice, ids[:cut])
             self.usage.completion_tokens += cut + 1
             text = choice.detok.step(ids[:cut]) if cut else ""
             self._finish(choice, index, "stop", events, text=text, lp=lp)
             return
         choice.consumed += len(ids)
         self.usage.completion_tokens += len(ids)
+        if choice.thinking is not None:
+            self._think(choice, ids)
         text = choice.detok.step(ids)
         if choice.stops is not None and armed:
             step = choice.stops.feed(text)
             if step.stopped:
                 self._emit(choice, index, step.emit, events, lp=lp, token_ids=self._ids_of(ids))
-                self._close(choice, index, "stop", events)
+                self._close(choice, index, "stop", events, stop=step.matched)
                 return
             text = step.emit
         # The common case inline (no text stages): one ContentDelta or nothing; _emit otherwise.
-        if choice.stages:
-            self._emit(choice, index, text, events, lp=lp, token_ids=self._ids_of(ids))
+        stages = choice.stages
+        if stages:
+            # _emit inlined: this runs per worker message for every request with a parser.
+            for stage in stages:
+                text = stage.feed(index, text, events)
+            if text or lp or (self._want_ids and ids):
+                events.append(ContentDelta(index, text, lp, tuple(ids) if self._want_ids else ()))
         elif text or lp:
             events.append(ContentDelta(index, text, lp, tuple(ids) if self._want_ids else ()))
         elif self._want_ids and ids:
             events.append(ContentDelta(index, "", (), tuple(ids)))
+        if choice.over_budget:
+            self._finish(choice, index, "length", events)
+
+    def _think(self, choice: _Choice, ids: list[int]) -> None:
+        thinking = choice.thinking
+        if thinking is not None:
+            before = thinking.count
+            thinking.feed(ids)
+            self.usage.reasoning_tokens += thinking.count - before
+            budget = self._think_budget
+            if budget is not None and thinking.count >= budget and not thinking.done:
+                choice.over_budget = True
+            if thinking.done:
+                choice.thinking = None  # past the block: nothing more to count
 
     def _ids_of(self, ids: list[int]) -> tuple[int, ...]:
         return tuple(ids) if self._want_ids else ()
@@ -229,13 +281,15 @@ class OutputProcessor:
     ) -> None:
         """End a choice: flush what the detokenizer and stop matcher held back."""
         tail = text + choice.detok.finish()
+        stop = None
         if choice.stops is not None:
             step = choice.stops.feed(tail)
             tail = step.emit if step.stopped else step.emit + choice.stops.flush()
+            stop = step.matched
         self._emit(choice, index, tail, events, lp=lp)
-        self._close(choice, index, reason, events)
+        self._close(choice, index, reason, events, stop=stop)
 
-    def _close(self, choice: _Choice, index: int, reason: str, events: list[Event]) -> None:
+    def _close(self, choice: _Choice, index: int, reason: str, events: list[Event], *, stop: str | None = None) -> None:
         for k, stage in enumerate(choice.stages):
             rest = stage.finish(index, events)
             for later in choice.stages[k + 1 :]:
@@ -244,4 +298,4 @@ class OutputProcessor:
                 events.append(ContentDelta(index, rest))
         choice.finished = True
         self._open -= 1
-        events.append(Finish(index, reason))
+        events.append(Finish(index, reason, stop))

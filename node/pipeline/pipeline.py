@@ -20,6 +20,7 @@ from node.pipeline.cpu import CpuPool
 from node.pipeline.dispatch import DispatchConfig
 from node.pipeline.events import Usage
 from node.pipeline.output import Stages
+from node.pipeline.parser_stage import parser_stages
 from node.pipeline.prepare import Prepare, check_sampling
 from node.pipeline.request import GenerateRequest, Sampling
 from node.pipeline.run import Run
@@ -51,7 +52,7 @@ class Pipeline:
         stages: Stages | None = None,
     ) -> None:
         """``rng`` draws the retry backoff (a seeded one makes it reproducible); ``stages`` makes each
-        choice's text stages (reasoning, tool calls; none by default)."""
+        choice's text stages (default: the output parsers Prepare planned for the request)."""
         self.models = tuple(models)
         self._prepare = Prepare(models, cpu, limits or RequestLimits())
         self._pool = pool
@@ -60,7 +61,7 @@ class Pipeline:
             retry=RetryPolicy(retry or RetryConfig(), rng or random.Random()),
             deadlines=deadlines or DeadlineConfig(),
         )
-        self._stages = stages
+        self._stages = stages if stages is not None else parser_stages
 
     def model(self, requested: str) -> ServedModel:
         """Model lookup, the first step of Prepare; raises ModelNotFound (404)."""

@@ -8,13 +8,15 @@ client's field; nothing is sent to a worker before all prompts of a request pass
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from node.config import RequestLimits
 from node.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from node.pipeline.context import RequestContext
 from node.pipeline.cpu import CpuPool
-from node.pipeline.request import ChatPrompt, GenerateRequest, Prompt, Sampling, TextPrompt
+from node.pipeline.parsers.think import prompt_opens_reasoning
+from node.pipeline.parsing import PROMPT_TAIL_IDS, ParserPlan
+from node.pipeline.request import ChatPrompt, GenerateRequest, NamedTool, Prompt, Sampling, TextPrompt
 from node.pipeline.served_model import ServedModel
 from node.pipeline.spec import GenerateSpec, Prepared, PreparedPrompt
 from node.pipeline.template import TemplateError
@@ -135,6 +137,51 @@ def render(prompt: ChatPrompt, model: ServedModel, *, param: str) -> str:
     return text
 
 
+def parser_plan(
+    request: GenerateRequest, model: ServedModel, prompt: Prompt, ids: Sequence[int], *, constrained: bool = False
+) -> ParserPlan | None:
+    """The output parsers of a chat prompt's answer: the model's reasoning parser, and its tool-call parser
+    when tools are offered (tool_choice not "none"). ``constrained``: the engine is made to call (the
+    tool_choice constraint is sent), so the answer is bare JSON read by the forced-call parser. Raw text and
+    token prompts (the Completions API) are answered as plain text."""
+    if not isinstance(prompt, ChatPrompt):
+        return None
+    parsers = model.parsers
+    tools = request.tools
+    offered = tools is not None and tools.choice != "none"
+    tool_parser = parsers.tool_parser if offered else None
+    reasoning = parsers.reasoning_parser
+    forced: Literal["required"] | NamedTool | None = None
+    if constrained and tools is not None:
+        choice = tools.choice
+        forced = choice if isinstance(choice, NamedTool) else "required" if choice == "required" else None
+    if tool_parser is None and reasoning is None and forced is None:  # (no reasoning parser: nothing to cap)
+        return None
+    in_reasoning = False
+    if reasoning is not None:
+        tail = model.tokenizer.decode(ids[-PROMPT_TAIL_IDS:], skip_special_tokens=False)
+        in_reasoning = prompt_opens_reasoning(tail)
+    schemas = None
+    max_calls = None
+    if tool_parser is not None and tools is not None:
+        choice = tools.choice
+        # A named tool: a call of any other function is not the one asked for; it stays content.
+        schemas = {choice.name: tools.schemas[choice.name]} if isinstance(choice, NamedTool) else tools.schemas
+        bounds = [b for b in (None if tools.parallel else 1, tools.max_calls) if b is not None]
+        max_calls = min(bounds) if bounds else None
+    return ParserPlan(
+        tool_parser=tool_parser,
+        reasoning_parser=reasoning,
+        tools=schemas,
+        in_reasoning=in_reasoning,
+        max_calls=max_calls,
+        keep_ids=parsers.keep_ids,
+        think_ids=parsers.think_ids,
+        forced=forced,
+        think_budget=request.reasoning_budget,
+    )
+
+
 def _chars(messages: Sequence[Any]) -> int:
     return sum(len(c) for m in messages if isinstance(c := m.get("content"), str))
 
@@ -182,6 +229,9 @@ class Prepare:
         stops = tuple(dict.fromkeys(s.stop))
         ends = terminators(s, model)
         prompts = [await self._encode(p, model, request.prompt_param) for p in request.prompts]
+        # A constraint beside tool_choice required / named is the tool forcing (node.pipeline.constraints
+        # allows one source per request): the engine writes the bare JSON call(s).
+        constrained = request.constraint is not None
         specs = []
         # An omitted budget is bounded by the request limits' total over every choice of the request.
         cap = self._limits.output_cap(s.n * len(prompts), logprobs=s.logprobs is not None)
@@ -207,6 +257,7 @@ class Prepare:
                     want_token_ids=request.want_token_ids,
                     client_stream=request.stream,
                     vocab_size=model.tokenizer.vocab_size,
+                    parsing=parser_plan(request, model, request.prompts[k], prompt.ids, constrained=constrained),
                 )
             )
         return Prepared(model=model, request_id=request_id, prompts=tuple(prompts), specs=tuple(specs))

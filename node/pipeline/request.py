@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from node.structured.constraint import Constraint
 
@@ -72,6 +72,31 @@ Prompt = ChatPrompt | TextPrompt | TokenPrompt
 
 
 @dataclass(frozen=True, slots=True)
+class NamedTool:
+    """``tool_choice`` naming one function the model must call."""
+
+    name: str
+
+
+#: "none": tools are not offered (not rendered, not parsed); "auto": the model may call; "required" and a
+#: named tool: it must (GenerateRequest.constraint, node.pipeline.constraints, makes the engine call).
+ToolChoice = Literal["none", "auto", "required"] | NamedTool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """The request's function tools as the output parsers and the constraint need them."""
+
+    # Function name -> its parameters JSON schema ({} when the tool declares none).
+    schemas: Mapping[str, Mapping[str, Any]]
+    choice: ToolChoice = "auto"
+    # False: at most one call per choice is kept (OpenAI's parallel_tool_calls).
+    parallel: bool = True
+    # At most this many calls per choice are kept (the Responses API's max_tool_calls); None: no bound.
+    max_calls: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerateRequest:
     """One API request, neutral. Several ``prompts`` (the Completions API's batch) fan out into one
     generation each, their choices numbered ``prompt * n + choice``."""
@@ -85,5 +110,11 @@ class GenerateRequest:
     # The API's names of the budget and prompt fields, for error messages and ``param``.
     budget_param: str = "max_tokens"
     prompt_param: str = "messages"
+    # The tools offered (None: none; tool calls are not parsed).
+    tools: ToolUse | None = None
     # Structured output the engine must enforce (node.pipeline.constraints; each adapter reads its API's fields).
+    # With tool_choice required or a named function it is the tool forcing (one source at most per request).
     constraint: Constraint | None = None
+    # At most this many tokens inside the reasoning block: a choice still reasoning then ends "length"
+    # (None: uncapped). Enforced where reasoning tokens are counted by id (the model's think ids).
+    reasoning_budget: int | None = None

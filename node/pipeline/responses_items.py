@@ -18,12 +18,12 @@ from node.errors import InvalidRequest
 IdFactory = Callable[[str], str]  # prefix -> fresh id, e.g. "msg" -> "msg_3f9a..."
 
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
-SUPPORTED_TYPES = ("message", "function_call", "function_call_output")
+SUPPORTED_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 TEXT_PART_TYPES = ("input_text", "output_text", "text")
 # Storage accepts item ids of up to 256 characters (they are pagination cursors).
 MAX_ITEM_ID_CHARS = 256
 # Prefix of minted ids per item type, as OpenAI's ids look.
-ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 def _str_field(item: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
@@ -124,6 +124,19 @@ def normalize_item(raw: Any, where: str, new_id: IdFactory) -> dict[str, Any]:
             "call_id": _str_field(raw, "call_id", where),
             "output": _output_text(raw["output"], where),
         }
+    if kind == "reasoning":
+        # A reasoning item a client replays from an earlier output (store=false): kept as context, not
+        # rendered (chat templates drop earlier turns' reasoning).
+        summary, content = raw.get("summary", []), raw.get("content", [])
+        if not isinstance(summary, list) or not isinstance(content, list):
+            raise InvalidRequest(f"'{where}.summary' and '{where}.content' must be lists.", param=where)
+        return {
+            "id": _item_id(raw, kind, where, new_id),
+            "type": kind,
+            "status": "completed",
+            "summary": summary,
+            "content": content,
+        }
     raise InvalidRequest(
         f"Items of type {kind!r} are not supported; supported types: {', '.join(SUPPORTED_TYPES)}.",
         param=f"{where}.type",
@@ -150,7 +163,7 @@ def output_message(item_id: str, text: str, *, status: str = "completed") -> dic
         "type": "message",
         "status": status,
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
     }
 
 
@@ -170,20 +183,34 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def _reasoning_text(item: Mapping[str, Any]) -> str:
+    parts = item.get("content")
+    if not isinstance(parts, list):
+        return ""
+    return "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
 def chat_messages(items: Sequence[Mapping[str, Any]], *, instructions: str | None = None) -> list[dict[str, Any]]:
     """Items (stored form) as chat-template messages: function calls become an assistant turn's tool_calls,
     their outputs tool messages; `developer` is rendered as `system` (chat templates know only the latter).
-    Items of other types are skipped (none are stored today)."""
+    A reasoning item becomes the `reasoning_content` of the assistant turn that follows it (templates that
+    render reasoning, such as Qwen3's for the turns of an unfinished tool loop, read it). Items of other
+    types are skipped."""
     out: list[dict[str, Any]] = []
     if instructions:
         out.append({"role": "system", "content": instructions})
+    reasoning = ""  # a reasoning item's text, waiting for its assistant turn
     for item in items:
         kind = item.get("type")
+        if kind == "reasoning":
+            reasoning += _reasoning_text(item)
+            continue
         if kind == "message":
             role = item.get("role")
-            out.append(
-                {"role": "system" if role == "developer" else role, "content": _content_text(item.get("content"))}
-            )
+            message = {"role": "system" if role == "developer" else role, "content": _content_text(item.get("content"))}
+            if role == "assistant" and reasoning:
+                message["reasoning_content"] = reasoning
+            out.append(message)
         elif kind == "function_call":
             call = {
                 "id": item.get("call_id", ""),
@@ -191,12 +218,16 @@ def chat_messages(items: Sequence[Mapping[str, Any]], *, instructions: str | Non
                 "function": {"name": item.get("name", ""), "arguments": _arguments(item.get("arguments", ""))},
             }
             # A call right after an assistant turn belongs to that turn (content and tool_calls together).
-            if out and out[-1]["role"] == "assistant":
+            if out and out[-1]["role"] == "assistant" and not reasoning:
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
-                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                if reasoning:
+                    message["reasoning_content"] = reasoning
+                out.append(message)
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": item.get("call_id", ""), "content": item.get("output", "")})
+        reasoning = ""
     return out
 
 

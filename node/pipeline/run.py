@@ -56,6 +56,7 @@ class Run:
             total.prompt_tokens += output.usage.prompt_tokens
             total.completion_tokens += output.usage.completion_tokens
             total.cached_tokens += output.usage.cached_tokens
+            total.reasoning_tokens += output.usage.reasoning_tokens
         return total
 
     def events(self) -> AsyncGenerator[list[Event], None]:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from node.config import TokenizerCacheConfig
 from node.pipeline.model import ModelFolder, load_model_folder
+from node.pipeline.parsers.detect import detect_parsers
+from node.pipeline.parsing import AUTO, ModelParsers, resolve_parsers
 from node.pipeline.template import ChatTemplate
 from node.pipeline.tokenizer import Tokenizer
 
@@ -47,6 +49,7 @@ class ServedModel:
     eos_token_ids: frozenset[int]
     created: int
     sampling_defaults: Mapping[str, float] = field(default_factory=dict)
+    parsers: ModelParsers = field(default_factory=ModelParsers)
 
     def answers_to(self, requested: str) -> bool:
         return requested == self.name or requested in self.aliases
@@ -60,8 +63,12 @@ def load_served_model(
     context_length: int | None = None,
     extra_eos_ids: tuple[int, ...] = (),
     tokenizer_cache: TokenizerCacheConfig | None = None,
+    tool_call_parser: str = AUTO,
+    reasoning_parser: str = AUTO,
 ) -> ServedModel:
-    """Load a model folder. Raises ModelFolderError (names the file) or TemplateError (bad template)."""
+    """Load a model folder. ``tool_call_parser`` / ``reasoning_parser``: vLLM's parser names, ``auto``
+    (detected from the folder) or ``none``. Raises ModelFolderError (names the file), TemplateError (bad
+    template) or UnknownParserError (a ValueError)."""
     folder = load_model_folder(model_path)
     tokenizer = (
         Tokenizer.from_file(folder.tokenizer_path, cache=tokenizer_cache)
@@ -73,6 +80,16 @@ def load_served_model(
         ChatTemplate(source, bos_token=folder.bos_token, eos_token=folder.eos_token) if source is not None else None
     )
     name = served_name or folder.name
+    # Detected from the template actually served (an override included) and the tokenizer's added tokens.
+    added = [token.content for token in tokenizer.raw.get_added_tokens_decoder().values()]
+    detected = detect_parsers(source or "", added)
+    parsers = resolve_parsers(
+        tokenizer,
+        tool=tool_call_parser,
+        reasoning=reasoning_parser,
+        detected_tool=detected.tool_parser,
+        detected_reasoning=detected.reasoning_parser,
+    )
     aliases = frozenset({folder.name, str(folder.path), model_path} - {name})
     return ServedModel(
         name=name,
@@ -84,4 +101,5 @@ def load_served_model(
         eos_token_ids=frozenset(folder.eos_token_ids) | frozenset(extra_eos_ids),
         created=int(time.time()),
         sampling_defaults=read_sampling_defaults(folder.path),
+        parsers=parsers,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from node.pipeline.parsing import ParserPlan
 from node.pipeline.served_model import ServedModel
 from node.workers.types import SamplingParams
 
@@ -29,6 +30,8 @@ class GenerateSpec:
     # Whether the client streams. A non-streaming answer without stop strings needs no early look at the
     # tokens, so the worker is asked for one final message instead of a stream (cheaper on both sides).
     client_stream: bool = True
+    # The output parsers of each choice (reasoning, tool calls); None: the text is all content.
+    parsing: ParserPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """A WorkerClient in memory, beside the gRPC ones: the pipeline and the API adapters run against it in tests
 and benchmarks without a gRPC server.
 
-It streams as vLLM's servicer does: ``chunk_tokens`` ids per message, choices interleaved, each choice ending
+It streams as vLLM's servicer does: ``chunk_tokens`` ids per message (or, when ``chunk_sizes`` is given,
+those sizes in turn, so a test can try any chunking), choices interleaved, each choice ending
 with a final message that repeats its last chunk's ids (``repeat_final_chunk``); a non-streaming request gets
 one final message per choice. A choice's answer is ``reply(request)[index]`` cut at ``max_tokens``: cut, it
 finishes ``length``, else ``stop``. Faults are scripted: ``failure`` before any output, ``fail_after`` messages
@@ -12,6 +13,7 @@ whatever ``max_tokens`` says (an engine breaking the Generate contract).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ class MemoryWorker:
     reply: Reply = echo_prompt
     info: ModelInfo = DEFAULT_INFO
     chunk_tokens: int = 1
+    chunk_sizes: tuple[int, ...] = ()
     repeat_final_chunk: bool = True
     failure: WorkerFailed | None = None
     fail_after: int | None = None
@@ -90,15 +93,22 @@ class MemoryWorker:
 
         if not request.stream:
             return [out(i, ids, len(ids), finish[i]) for i, ids in enumerate(answers)]
-        step = self.chunk_tokens
+        sizes = self.chunk_sizes or (self.chunk_tokens,)
         outputs: list[WorkerOutput] = []
+        # Each choice is cut at the same positions: sizes taken in turn (every size >= 1).
+        cuts = [0]
         longest = max((len(a) for a in answers), default=0)
-        for start in range(0, longest, step):
+        while cuts[-1] < longest:
+            cuts.append(cuts[-1] + max(1, sizes[(len(cuts) - 1) % len(sizes)]))
+        for start, end in itertools.pairwise(cuts):
             for i, ids in enumerate(answers):
                 if start < len(ids):
-                    outputs.append(out(i, ids[start : start + step], min(start + step, len(ids)), None))
+                    outputs.append(out(i, ids[start:end], min(end, len(ids)), None))
         for i, ids in enumerate(answers):
-            last = ids[(len(ids) - 1) // step * step :] if ids and self.repeat_final_chunk else []
+            last: Sequence[int] = []
+            if ids and self.repeat_final_chunk:
+                begin = max(c for c in cuts if c < len(ids))
+                last = ids[begin : next(c for c in cuts if c > begin)]
             outputs.append(out(i, last, len(ids), finish[i]))
         return outputs
 

@@ -89,3 +89,31 @@ async def test_stop_string_aborts_the_rest_of_the_generation(slow_cluster: Clust
     assert r.choices[0].finish_reason == "stop"
     assert time.monotonic() - started < 5, "the answer ended at the stop string, not after 2,000 tokens"
     await _wait_aborted(slow_cluster, r.id)
+
+
+async def test_a_messages_client_disconnect_aborts_the_worker_request(slow_cluster: Cluster) -> None:
+    """The Anthropic Messages stream too: its idle-ping task does not keep the generation alive."""
+    body = {
+        "model": slow_cluster.model,
+        "messages": [{"role": "user", "content": "a long story please"}],
+        "max_tokens": 2000,
+        "stream": True,
+    }
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(slow_cluster.node.url + "/v1/messages", json=body)
+        assert resp.status == 200
+        request_id = ""
+        deltas = 0
+        async for line in resp.content:
+            if line.startswith(b"data: {"):
+                event = msgspec.json.decode(line[6:])
+                if event["type"] == "message_start":
+                    request_id = event["message"]["id"]
+                deltas += event["type"] == "content_block_delta"
+                if deltas == 4:
+                    break
+        assert request_id.startswith("msg_") and request_id in slow_cluster.sims[0].engine.active_request_ids
+        resp.connection.transport.abort()  # type: ignore[union-attr]
+        elapsed = await _wait_aborted(slow_cluster, request_id)
+        resp.close()
+    assert elapsed < ABORT_DEADLINE_S, f"Abort reached the worker after {elapsed * 1000:.1f} ms"

@@ -39,6 +39,9 @@ class _Body(msgspec.Struct):
 class _ToyEnvelope:
     """Anthropic's shape: {"type": "error", "error": {"type", "message"}}."""
 
+    def status(self, error: EdgeError) -> int:
+        return error.status
+
     def body(self, error: EdgeError) -> bytes:
         return msgspec.json.encode({"type": "error", "error": {"type": error.error_type, "message": error.message}})
 

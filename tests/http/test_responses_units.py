@@ -10,7 +10,9 @@ import pytest
 
 from node.errors import InvalidRequest
 from node.http.history import OutageGate
+from node.http.responses_output import ResponseOutput
 from node.http.responses_stream import ResponseEvents
+from node.pipeline.events import ContentDelta
 from node.pipeline.responses_items import chat_messages, chat_tools, normalize_input, normalize_tools, output_message
 
 
@@ -105,18 +107,10 @@ def _parse(frames: bytes) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_events_are_numbered_and_typed() -> None:
-    events = ResponseEvents("msg_1")
-    item = output_message("msg_1", "ab")
-    frames = (
-        events.response("response.created", {"id": "resp_1"})
-        + events.item_added(item)
-        + events.part_added()
-        + events.delta("a")
-        + events.delta('"b\n')
-        + events.text_done('a"b\n')
-        + events.part_done('a"b\n')
-        + events.item_done(item)
-    )
+    events = ResponseEvents()
+    output = ResponseOutput(lambda prefix: f"{prefix}_1", events)
+    frames = events.response("response.created", {"id": "resp_1"})
+    frames += output.feed(ContentDelta(0, "a")) + output.feed(ContentDelta(0, '"b\n')) + output.finish("stop")
     parsed = _parse(frames)
     assert [name for name, _ in parsed] == [data["type"] for _, data in parsed]
     assert [data["sequence_number"] for _, data in parsed] == list(range(8)) and events.sent == 8
@@ -129,7 +123,8 @@ def test_events_are_numbered_and_typed() -> None:
         "sequence_number": 4,
         "delta": '"b\n',
     }
-    assert parsed[6][1]["part"] == {"type": "output_text", "text": 'a"b\n', "annotations": []}
+    assert parsed[6][1]["part"] == {"type": "output_text", "text": 'a"b\n', "annotations": [], "logprobs": []}
+    assert output.items == [output_message("msg_1", 'a"b\n')]
 
 
 def test_outage_gate_holds_then_lets_a_probe_through() -> None:

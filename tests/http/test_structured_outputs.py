@@ -84,12 +84,24 @@ async def test_vllm_constraints_are_satisfied_on_chat_and_completions(sim_cluste
     assert status == 200 and re.fullmatch("[A-Z]{2}-[0-9]{4}", reply["choices"][0]["text"]), reply
 
 
+async def _calls(cluster: Cluster, seed: int = 1, **extra: Any) -> tuple[str, list[tuple[str, str]], Any]:
+    """finish_reason, the (name, arguments) tool calls and the content of a chat answer."""
+    body = {"model": cluster.model, "messages": USER, "max_tokens": 400, "seed": seed, **extra}
+    status, reply = await _post(cluster, "/v1/chat/completions", body)
+    assert status == 200, reply
+    choice = reply["choices"][0]
+    found = [(c["function"]["name"], c["function"]["arguments"]) for c in choice["message"].get("tool_calls") or ()]
+    return choice["finish_reason"], found, choice["message"]["content"]
+
+
 async def test_named_tool_choice_answers_with_the_functions_arguments(sim_cluster: Cluster) -> None:
     choice = {"type": "function", "function": {"name": "get_weather"}}
-    arguments = await _chat(sim_cluster, tools=TOOLS, tool_choice=choice)
-    assert errors(json.loads(arguments), SCHEMA) == []
-    required = json.loads(await _chat(sim_cluster, tools=TOOLS, tool_choice="required"))
-    assert required and {c["name"] for c in required} <= {"get_weather", "search"}
+    reason, found, content = await _calls(sim_cluster, tools=TOOLS, tool_choice=choice)
+    assert reason == "tool_calls" and content is None and [name for name, _ in found] == ["get_weather"]
+    assert errors(json.loads(found[0][1]), SCHEMA) == []
+    reason, required, content = await _calls(sim_cluster, tools=TOOLS, tool_choice="required")
+    assert reason == "tool_calls" and content is None
+    assert required and {name for name, _ in required} <= {"get_weather", "search"}
 
 
 async def test_responses_text_format_is_satisfied_and_echoed(sim_cluster: Cluster) -> None:
@@ -105,12 +117,13 @@ async def test_responses_text_format_is_satisfied_and_echoed(sim_cluster: Cluste
 async def test_auto_tool_choice_gets_calls_in_the_llama3_format(sim_cluster: Cluster) -> None:
     found = 0
     for seed in range(8):
-        content = await _chat(sim_cluster, seed, tools=TOOLS)
-        parsed = calls(run(build_parser(tool_parser="llama3_json"), [content]))
+        reason, parsed, content = await _calls(sim_cluster, seed, tools=TOOLS)
         for name, arguments in parsed:
             assert name in ("get_weather", "search")
             if name == "get_weather":
                 assert errors(json.loads(arguments), SCHEMA) == []
+        assert reason == ("tool_calls" if parsed else "stop")
+        assert not parsed or not calls(run(build_parser(tool_parser="llama3_json"), [content or ""]))
         found += bool(parsed)
     assert 0 < found < 8, "mostly calls, sometimes text under auto"
     for seed in range(4):

@@ -68,8 +68,11 @@ def test_chunk_boundaries_change_nothing(llama3_tokenizer: Tokenizer, sizes: lis
     events = _feed(output, _chunks(ids, sizes))
     expected = TEXT.split(stops[0], maxsplit=1)[0] if stops else TEXT
     assert _text(events) == expected
-    assert [e for e in events if isinstance(e, Finish)] == [Finish(0, "stop" if stops else "length")]
-    assert events[-1] == Finish(0, "stop" if stops else "length"), "a choice's Finish is its last event"
+    # The finish names the stop string that ended the answer (Anthropic's stop_sequence).
+    assert [e for e in events if isinstance(e, Finish)] == [
+        Finish(0, "stop", stops[0]) if stops else Finish(0, "length")
+    ]
+    assert isinstance(events[-1], Finish), "a choice's Finish is its last event"
     upto = (
         len(llama3_tokenizer.encode(TEXT.split(stops[0], maxsplit=1)[0] + stops[0], add_special_tokens=False))
         if stops
