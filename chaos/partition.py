@@ -66,9 +66,9 @@ def run_partition(workdir: Path, model_dir: Path, profile: Profile, timeout_s: f
                     http_port=HTTP_PORT,
                     join=() if k == 1 else (seed,),
                     prefix=theirs.prefix if addr in SIDE_B else (),
-                    # 10.77.0.x is not loopback: a keyless mesh there is refused unless declared insecure. The
-                    # namespaces are private to this run, so nobody else can reach it.
-                    extra=("--mesh-insecure",),
+                    # 10.77.0.x is not loopback: a keyless mesh and an open HTTP API there are refused unless
+                    # declared insecure / open. The namespaces are private to this run: nobody else reaches them.
+                    extra=("--mesh-insecure", "--auth", "none"),
                 )
             )
         nodes = list(cluster.nodes.values())

@@ -207,6 +207,43 @@ class ClusterLimiter:
                 self._dirty = True
         return Admission(tuple(scopes), int(now // WINDOW_S), reserve_tokens, headers)
 
+    def reserve(self, admission: Admission, tokens: int) -> Refusal | None:
+        """Reserve ``tokens`` (the prompt plus the requested output budget, known once the request is
+        prepared) for an admitted request under each of its token limits, or name the first scope that
+        cannot hold them (nothing reserved then). Settling refunds what the request did not use; the
+        reservation's window becomes the admission's, so a request admitted just before a window turned is
+        refunded in the window it was charged in."""
+        now = self._clock()
+        share = self.share()
+        metered = [s for s in admission.scopes if s.limits.tokens_per_minute]
+        if admission.settled or tokens <= 0 or not metered:
+            return None
+        verdicts = []
+        for scope in metered:
+            used = self.usage(scope.key, now)
+            verdict = judge(
+                Limits(tokens_per_minute=scope.limits.tokens_per_minute),
+                used,
+                share=share,
+                now=now,
+                reserve_tokens=tokens,
+            )
+            if verdict.refused is not None:
+                self.refused["tokens"] += 1
+                return Refusal(verdict, scope)
+            verdicts.append(verdict)
+        # An earlier reservation charged in a window that has since turned is no longer refundable.
+        kept = admission.reserved if int(now // WINDOW_S) == admission.epoch else 0
+        try:
+            for scope in metered:
+                self._state.incr(scope.key, _TOKENS, WINDOW_S, now, tokens)
+        except StateLimitError:
+            return self._capacity(scope, now)
+        admission.epoch = int(now // WINDOW_S)
+        admission.reserved = kept + tokens
+        admission.headers.update({k: v for k, v in verdicts[0].headers.items() if k.endswith("-tokens")})
+        return None
+
     def _capacity(self, scope: Scope, now: float) -> Refusal:
         self.refused["capacity"] += 1
         return Refusal(Verdict("capacity", 1.0, {"Retry-After": "1"}), scope)

@@ -3,10 +3,10 @@
 settled with its actual tokens when it ends. Every response of a limited identity carries OpenAI's
 x-ratelimit-* headers, streams included (set when the response is prepared).
 
-Tokens: admission checks that the window has budget left and the request's actual usage (prompt plus
-completion, metered per request) is charged when it ends. Reserving prompt tokens plus the requested output
-budget at admission needs the token count, known only inside the pipeline: the pipeline's admission stage
-calls ``ClusterLimiter.admit(reserve_tokens=...)`` once it lands (issue 14).
+Tokens: admission checks that the window has budget left; once the request is prepared (its prompt tokens
+and output budget known, before any worker sees it) the pipeline reserves prompt plus budget through the
+request's meter (``ClusterLimiter.reserve``), refusing with 429 when they do not fit; when the request ends,
+however it ends, its actual usage is charged and the unused reservation refunded (``settle``).
 """
 
 from __future__ import annotations
@@ -50,22 +50,33 @@ def limits_middleware(limiter: ClusterLimiter, tenants: TenantLimits) -> Middlew
             return await handler(request)
         result = limiter.admit(scopes)
         if isinstance(result, Refusal):
-            whose = "key" if result.scope.key.startswith("k:") else "tenant"
-            raise RateLimited(
-                f"{_MESSAGES[result.verdict.refused or 'capacity']} of this {whose}. "
-                f"Retry after {result.verdict.headers.get('Retry-After', '1')} s.",
-                headers=result.verdict.headers,
-            )
-        request[RATE_HEADERS] = result.headers
-        meter = Meter()
+            raise _rate_limited(result)
+        admission = result
+        request[RATE_HEADERS] = admission.headers  # reserve() updates the token headers in place
+
+        def reserve(tokens: int) -> None:
+            refusal = limiter.reserve(admission, tokens)
+            if refusal is not None:
+                raise _rate_limited(refusal)
+
+        meter = Meter(reserve=reserve if any(s.limits.tokens_per_minute for s in scopes) else None)
         token = CURRENT_METER.set(meter)
         try:
             return await handler(request)
         finally:
             CURRENT_METER.reset(token)
-            limiter.settle(result, meter.tokens)
+            limiter.settle(admission, meter.tokens)
 
     return limit
+
+
+def _rate_limited(refusal: Refusal) -> RateLimited:
+    whose = "key" if refusal.scope.key.startswith("k:") else "tenant"
+    return RateLimited(
+        f"{_MESSAGES[refusal.verdict.refused or 'capacity']} of this {whose}. "
+        f"Retry after {refusal.verdict.headers.get('Retry-After', '1')} s.",
+        headers=refusal.verdict.headers,
+    )
 
 
 async def add_rate_headers(request: web.Request, response: web.StreamResponse) -> None:

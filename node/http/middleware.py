@@ -2,13 +2,14 @@
 
 (outer)          what the composition root puts first: the connection gate
 observe          metrics, access log line and server span of every answer (node/telemetry/observe.py;
-             outside errors: it sees the status they made)
+                 outside errors: it sees the status they made)
 errors           maps every exception to the route's API error envelope, never a traceback
-request context  request id, tenant, routing key: made once here, read by every stage (context_of)
+request context  request id, identity, tenant claim (checked where a route reads it), routing key:
+                 made once here, read by every stage (context_of)
 
 (inner)          authentication and limits (node/http/auth_middleware.py, limits_middleware.py): inside
-             the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
-             the context, whose tenant and identity come from the verified credential
+                 the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
+                 the context, whose tenant and identity come from the verified credential
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from aiohttp.web_urldispatcher import AbstractRoute
 from node.errors import GatewayError
 from node.http.auth_middleware import IDENTITY
 from node.http.envelopes import OPENAI, EdgeError, ErrorEnvelope
-from node.http.tenancy import ApiConfig, tenant_of
+from node.http.tenancy import ApiConfig, tenant_claim
 from node.pipeline.context import RequestContext
 from node.telemetry import record
 
@@ -52,13 +53,14 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
     async def make_context(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get(REQUEST_ID_HEADER)
         rid = given if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        ctx = RequestContext(
-            request_id=rid, routing_key=request.headers.get(routing_key_header), headers=request.headers
+        request[CONTEXT_KEY] = RequestContext(
+            request_id=rid,
+            routing_key=request.headers.get(routing_key_header),
+            headers=request.headers,
+            identity=request.get(IDENTITY),
+            tenant_claim=tenant_claim(request, tenancy),
+            span=record.current().span,  # the observe middleware's server span (INVALID_SPAN: not traced)
         )
-        ctx.span = record.current().span  # the observe middleware's server span (INVALID_SPAN: not traced)
-        request[CONTEXT_KEY] = ctx  # first: the response carries the id even when the tenant is refused
-        ctx.identity = request.get(IDENTITY)
-        ctx.tenant = tenant_of(request, tenancy)
         return await handler(request)
 
     return make_context
@@ -68,7 +70,13 @@ def request_identity(request: web.Request) -> tuple[str, str]:
     """(request id, tenant) once the chain ran (the observe middleware reads them on the way out); empty
     strings for a request refused before its context was made."""
     ctx = request.get(CONTEXT_KEY)
-    return (ctx.request_id, ctx.tenant) if ctx is not None else ("", "")
+    if ctx is None:
+        return "", ""
+    try:
+        tenant = ctx.tenant
+    except GatewayError:  # a tenant header no store accepts: the request failed on it, the log names none
+        tenant = ""
+    return ctx.request_id, tenant
 
 
 async def echo_request_id(request: web.Request, response: web.StreamResponse) -> None:

@@ -197,7 +197,12 @@ class _CompletionView:
                     if open_choices:
                         await out.flush()
                     # else every choice has ended: what is left goes out with [DONE] in the closing write.
-                    batch = await anext(events, None)
+                    # __anext__ itself, not anext(events, None): that wraps every step in one more
+                    # awaitable, which each resume of this task passes through (per token).
+                    try:
+                        batch = await events.__anext__()
+                    except StopAsyncIteration:
+                        batch = None
             except GatewayError as exc:
                 out.add(frame({"error": error_object(exc)}))
                 await out.close()

@@ -3,7 +3,6 @@ listing, liveness and readiness, behind the configured middleware chain (node/ht
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
 
@@ -12,7 +11,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_urldispatcher import AbstractRoute
 
-from node.auth.metering import record_usage
+from node.auth.metering import meter_run
 from node.config import RequestLimits
 from node.drain import Drain
 from node.http.adapter import AdapterEnv, AdapterFactory
@@ -24,9 +23,10 @@ from node.http.middleware import echo_request_id, middleware_chain
 from node.http.tenancy import ApiConfig
 from node.metrics import NodeMetrics
 from node.pipeline.cpu import CpuPool
-from node.pipeline.events import Usage
 from node.pipeline.pipeline import Pipeline
+from node.pipeline.run import Run
 from node.pipeline.served_model import ServedModel
+from node.pipeline.spec import Prepared
 from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
 from node.telemetry.observe import observe as observe_middleware
 from node.workers.deadlines import DeadlineConfig
@@ -39,9 +39,9 @@ def _json(obj: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=msgspec.json.encode(obj), content_type="application/json")
 
 
-def _observe_usage(metrics: NodeMetrics, usage: Usage) -> None:
-    metrics.observe_usage(usage)
-    record_usage(usage.prompt_tokens, usage.completion_tokens)  # the request's meter, when it is limited
+def _meter(prepared: Prepared, run: Run) -> None:
+    """Reserve and meter the run under the request's limits, when it has any."""
+    meter_run(prepared.reserve_tokens, lambda: run.usage.prompt_tokens + run.usage.completion_tokens)
 
 
 def build_app(
@@ -97,7 +97,8 @@ def build_app(
         pool=pool,
         cpu=cpu,
         limits=limits,
-        on_usage=functools.partial(_observe_usage, metrics),
+        on_usage=metrics.observe_usage,
+        on_admit=_meter,
         retry=retry,
         deadlines=deadlines,
     )

@@ -11,31 +11,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from node.config import TENANT_HEADER, ApiConfig
-from node.errors import InvalidRequest
-from node.http.auth_middleware import IDENTITY
-from storage.errors import InvalidInput
-from storage.validation import check_tenant
+from node.pipeline.context import DEFAULT_TENANT
 
 if TYPE_CHECKING:  # the config is loaded by the CLI, which need not import the HTTP framework
     from aiohttp import web
 
-DEFAULT_TENANT = "default"
-
 # ApiConfig and the header name live in node.config with every component's config; re-exported here.
-__all__ = ["DEFAULT_TENANT", "TENANT_HEADER", "ApiConfig", "tenant_of"]
+__all__ = ["DEFAULT_TENANT", "TENANT_HEADER", "ApiConfig", "tenant_claim"]
 
 
-def tenant_of(request: web.Request, config: ApiConfig) -> str:
-    """The request's tenant. Raises InvalidRequest (400) for a header value no store accepts."""
-    if IDENTITY in request:
-        return request[IDENTITY].tenant
-    if not config.trust_tenant_header:
-        return DEFAULT_TENANT
-    tenant = request.headers.get(TENANT_HEADER)
-    if tenant is None:
-        return DEFAULT_TENANT
-    try:
-        check_tenant(tenant)
-    except InvalidInput as exc:
-        raise InvalidRequest(f"Invalid {TENANT_HEADER} header: {exc}", param=TENANT_HEADER) from exc
-    return tenant
+def tenant_claim(request: web.Request, config: ApiConfig) -> str | None:
+    """The tenant the request names, unchecked: the header's value when the operator trusts it, else None
+    (the default tenant). Checked by ``RequestContext.tenant`` on first use, so only routes that use a
+    tenant refuse a bad one."""
+    return request.headers.get(TENANT_HEADER) if config.trust_tenant_header else None

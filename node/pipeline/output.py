@@ -125,6 +125,9 @@ class OutputProcessor:
             for _ in range(n)
         ]
         self._open = n
+        # Every choice ended: stop reading. An attribute (set where the last choice closes), not a property:
+        # Dispatch reads it per worker message.
+        self.complete = False
         self._worker_finished = 0  # choices the worker itself reported finished
         # Whether the worker is asked to stream: the client streams, or stop strings need an early look.
         self.worker_streams = spec.client_stream or bool(spec.stops)
@@ -141,10 +144,6 @@ class OutputProcessor:
         self._min_tokens = spec.params.min_tokens
         self._terminators = spec.terminators
         self._want_ids = spec.want_token_ids
-
-    @property
-    def complete(self) -> bool:
-        return self._open == 0
 
     @property
     def worker_done(self) -> bool:
@@ -166,7 +165,7 @@ class OutputProcessor:
         choice = self._choices[out.index]
         if out.finish_reason is not None:
             self._worker_finished += 1
-        if _ended(choice):
+        if choice.finished:
             return
         index = self._offset + out.index
         ids = out.token_ids
@@ -298,4 +297,5 @@ class OutputProcessor:
                 events.append(ContentDelta(index, rest))
         choice.finished = True
         self._open -= 1
+        self.complete = self._open == 0
         events.append(Finish(index, reason, stop))

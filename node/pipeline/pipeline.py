@@ -35,6 +35,10 @@ def _ignore_usage(usage: Usage) -> None:
     return None
 
 
+def _admit_all(prepared: Prepared, run: Run) -> None:
+    return None
+
+
 class Pipeline:
     """Built once by the app; shared by every adapter."""
 
@@ -46,17 +50,21 @@ class Pipeline:
         cpu: CpuPool,
         limits: RequestLimits | None = None,
         on_usage: Callable[[Usage], None] = _ignore_usage,
+        on_admit: Callable[[Prepared, Run], None] = _admit_all,
         retry: RetryConfig | None = None,
         deadlines: DeadlineConfig | None = None,
         rng: random.Random | None = None,
         stages: Stages | None = None,
     ) -> None:
         """``rng`` draws the retry backoff (a seeded one makes it reproducible); ``stages`` makes each
-        choice's text stages (default: the output parsers Prepare planned for the request)."""
+        choice's text stages (default: the output parsers Prepare planned for the request); ``on_admit``
+        sees each prepared request and its run before Dispatch starts and may refuse it by raising (token
+        reservation and metering)."""
         self.models = tuple(models)
         self._prepare = Prepare(models, cpu, limits or RequestLimits())
         self._pool = pool
         self._on_usage = on_usage
+        self._on_admit = on_admit
         self._dispatch = DispatchConfig(
             retry=RetryPolicy(retry or RetryConfig(), rng or random.Random()),
             deadlines=deadlines or DeadlineConfig(),
@@ -80,12 +88,15 @@ class Pipeline:
         return await self._prepare(request, model, ctx, request_id=request_id)
 
     def run(self, prepared: Prepared, ctx: RequestContext) -> Run:
-        """Dispatch and Output for ``prepared``; iterate the result's ``events()``."""
-        return Run(
+        """Dispatch and Output for ``prepared``; iterate the result's ``events()``. Raises what ``on_admit``
+        raises (RateLimited) before any worker sees the request."""
+        run = Run(
             prepared,
             pool=self._pool,
             dispatch=self._dispatch,
             stages=self._stages,
             on_usage=self._on_usage,
             client_timeouts=ctx.headers,
-        )
+        )  # built, not started: Dispatch begins when its events are iterated
+        self._on_admit(prepared, run)
+        return run

@@ -53,3 +53,8 @@ class Prepared:
     def params(self) -> SamplingParams:
         """The engine params every spec shares but for ``max_tokens`` (first prompt's)."""
         return self.specs[0].params
+
+    @property
+    def reserve_tokens(self) -> int:
+        """The most tokens this request can use: every prompt plus every choice's output budget."""
+        return sum(len(spec.prompt_ids) + spec.params.n * spec.params.max_tokens for spec in self.specs)

@@ -62,7 +62,7 @@ class Verdict:
 @dataclass(slots=True)
 class _ChoiceState:
     ids: int = 0  # ids relayed so far
-    last_chunk: tuple[int, ...] = ()
+    last_chunk: Sequence[int] = ()
     finished: bool = False
     cut: bool = False  # finished by the contract, not by the worker
 
@@ -90,22 +90,27 @@ class WorkerContract:
         """The common case, cheaply (no verdict built): ``out`` breaks no rule and is relayed as it is; its
         choice's state advances as ``check`` would advance it. False: nothing changed, ask ``check``."""
         limits = self.limits
-        if not (0 <= out.index < limits.n and 0 <= out.cached_tokens <= limits.prompt_tokens):
+        index = out.index
+        if not (0 <= index < limits.n and 0 <= out.cached_tokens <= limits.prompt_tokens):
             return False
-        choice = self._choices[out.index]
+        choice = self._choices[index]
         if choice.finished:
             return False
         ids = out.token_ids
-        chunk = out.finish_reason is None
-        new = 0 if not chunk and limits.stream and tuple(ids) == choice.last_chunk else len(ids)
+        if out.finish_reason is None:
+            new = len(ids)
+        else:
+            new = 0 if limits.stream and tuple(ids) == tuple(choice.last_chunk) else len(ids)
         if new > limits.max_tokens - choice.ids:
             return False
         vocab = limits.vocab_size
-        if new and vocab and (min(ids) < 0 or max(ids) >= vocab):
+        if new and vocab and not _in_vocab(ids, vocab):
             return False
         choice.ids += new
-        if chunk:
-            choice.last_chunk = tuple(ids)
+        if out.finish_reason is None:
+            # Kept as sent (a message is never changed once yielded); made a tuple only by the one final
+            # message that compares against it.
+            choice.last_chunk = ids
         else:
             choice.finished = True
         return True
@@ -124,7 +129,7 @@ class WorkerContract:
             # After its final message (or our cut) a choice takes nothing more: the pipeline never sees it.
             return Verdict((), abort_stream=choice.cut)
         ids = out.token_ids
-        repeat = limits.stream and out.finish_reason is not None and tuple(ids) == choice.last_chunk
+        repeat = limits.stream and out.finish_reason is not None and tuple(ids) == tuple(choice.last_chunk)
         new = 0 if repeat else len(ids)
         room = limits.max_tokens - choice.ids
         if new > room:
@@ -170,3 +175,11 @@ def _first_logprobs(lp: TokenLogprobs | None, count: int) -> TokenLogprobs | Non
         top_ids=lp.top_ids[:count],
         top_logprobs=lp.top_logprobs[:count],
     )
+
+
+def _in_vocab(ids: Sequence[int], vocab: int) -> bool:
+    """Every id in ``[0, vocab)``. One id per message is how engines stream: that one is read, not scanned
+    twice (min and max cost more than the rest of ``passes`` together)."""
+    if len(ids) == 1:
+        return 0 <= ids[0] < vocab
+    return min(ids) >= 0 and max(ids) < vocab

@@ -186,14 +186,17 @@ class Watchdog:
     the waiting task only while that task waits on the stream.
     """
 
-    __slots__ = ("_cancelling", "_loop", "_state", "_timer", "_tripped", "_url", "_waiter")
+    __slots__ = ("_cancelling", "_loop", "_now", "_state", "_task", "_timer", "_tripped", "_url", "_waiting")
 
     def __init__(self, deadlines: Deadlines, *, url: str, streamed: bool = True) -> None:
         self._loop = asyncio.get_running_loop()
-        self._state = StreamDeadline(deadlines, started_at=self._loop.time(), streamed=streamed)
+        self._now = self._loop.time
+        self._state = StreamDeadline(deadlines, started_at=self._now(), streamed=streamed)
         self._url = url
-        self._waiter: asyncio.Task[object] | None = None  # the task waiting on the stream right now, if any
+        # The task reading the stream and its cancel count, taken at the first wait (see ``waiting``).
+        self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
+        self._waiting = False  # the task is awaiting the stream right now
         self._tripped: tuple[DeadlineKind, Limit] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -203,35 +206,43 @@ class Watchdog:
 
     def _on_timer(self) -> None:
         self._timer = None
-        waiter = self._waiter
-        if waiter is None:
+        if not self._waiting or self._task is None:
             return  # not waiting on the worker: armed again at the next wait
-        hit = self._state.expired(self._loop.time())
+        hit = self._state.expired(self._now())
         if hit is None:
             self._arm()
             return
         self._tripped = hit
-        waiter.cancel()
+        self._task.cancel()
 
     def waiting(self) -> None:
+        # Invariant: one task reads a stream for its whole life (an async generator runs in the task that
+        # iterates it: Dispatch's attempt in the request's task, each of Run's pump tasks its own dispatch),
+        # so the task and its cancel count are taken once, not per message. Cancellations of that task
+        # between waits are either raised through the reader (ending the stream) or undone by whoever caught
+        # them (asyncio.timeout uncancels); one swallowed without uncancel makes a later trip surface as a
+        # plain cancellation, which is asyncio.timeout's rule too.
+        if self._task is None:
+            task = self._task = asyncio.current_task(self._loop)
+            self._cancelling = task.cancelling() if task is not None else 0
         if self._timer is None:
             self._arm()
-        waiter = self._waiter = asyncio.current_task()
-        self._cancelling = waiter.cancelling() if waiter is not None else 0
+        self._waiting = True
 
     def arrived(self) -> None:
         """A message came: the wait is over, the deadlines move on."""
-        self._waiter = None
-        self._state.on_message(self._loop.time())
+        self._waiting = False
+        self._state.on_message(self._now())
 
     def stopped_waiting(self) -> None:
-        self._waiter = None
+        self._waiting = False
 
     def timeout(self) -> WorkerTimeout | None:
         """After the wait raised CancelledError: the WorkerTimeout to raise instead, when the cancellation was
         this watchdog's and nobody else cancelled the task meanwhile (asyncio.timeout's rule); else None."""
-        waiter, self._waiter = self._waiter, None
-        if self._tripped is None or waiter is None or waiter.uncancel() > self._cancelling:
+        waiting, self._waiting = self._waiting, False
+        task = self._task
+        if self._tripped is None or not waiting or task is None or task.uncancel() > self._cancelling:
             return None
         return self._state.error(*self._tripped, self._url)
 

@@ -145,3 +145,33 @@ def test_the_peers_measured_rate_counts_before_their_counts_arrive() -> None:
     # Blind (BLIND_S = 0), each admits until its own 100 plus the 50 it last saw of the other reach the limit:
     # 200 in all. With the estimate, the limit.
     assert 150 <= admitted <= 160, admitted
+
+
+def test_reserve_after_admission_refuses_what_does_not_fit_and_settles_to_actual_usage() -> None:
+    limiter, now = _limiter()
+    key = Scope("k:r", Limits(tokens_per_minute=100))
+    tenant = Scope("t:r", Limits(requests_per_minute=10))  # no token limit: reserves nothing
+    admission = limiter.admit([key, tenant])
+    assert isinstance(admission, Admission)
+    refused = limiter.reserve(admission, 101)
+    assert isinstance(refused, Refusal) and refused.scope == key and refused.verdict.refused == "tokens"
+    assert limiter.usage("k:r", now[0]).tokens == 0 and admission.reserved == 0  # nothing held
+    assert limiter.reserve(admission, 70) is None
+    assert admission.headers["x-ratelimit-remaining-tokens"] == "30"
+    assert limiter.usage("k:r", now[0]).tokens == 70 and limiter.usage("t:r", now[0]).tokens == 0
+    other = limiter.admit([key])
+    assert isinstance(other, Admission) and isinstance(limiter.reserve(other, 31), Refusal)
+    limiter.settle(admission, 25)  # 45 refunded
+    assert limiter.usage("k:r", now[0]).tokens == 25
+    assert limiter.reserve(other, 75) is None
+
+
+def test_a_reservation_made_after_the_window_turned_is_refunded_in_its_own_window() -> None:
+    limiter, now = _limiter(start=6059.9)
+    scope = Scope("k:w", Limits(tokens_per_minute=100))
+    admission = limiter.admit([scope])
+    assert isinstance(admission, Admission)
+    now[0] = 6060.1
+    assert limiter.reserve(admission, 90) is None
+    limiter.settle(admission, 10)
+    assert limiter.usage("k:w", now[0]).tokens == 10

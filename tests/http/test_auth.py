@@ -44,6 +44,7 @@ ADMIN_ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
 class Secured:
     node: RunningNode
     session: aiohttp.ClientSession
+    sim: SimWorker | None = None
 
     async def call(self, method: str, path: str, key: str | None, body: Any = None) -> tuple[int, Any, Any]:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -68,7 +69,7 @@ async def secured(llama3_model_dir: Path) -> AsyncIterator[Secured]:
         )
         node = await stack.enter_async_context(run_node(config))
         session = await stack.enter_async_context(aiohttp.ClientSession())
-        yield Secured(node, session)
+        yield Secured(node, session, sim)
 
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -264,3 +265,78 @@ async def test_the_admin_api_on_its_own_listener(llama3_model_dir: Path) -> None
         assert (await admin.call("GET", "/workers", BOOTSTRAP))[0] == 200
         assert (await public.call("GET", "/v1/models", created["key"]))[0] == 200
         assert (await admin.call("GET", "/v1/models", created["key"]))[0] == 404
+
+
+async def test_prompt_plus_output_budget_is_reserved_at_admission_and_settled_to_actual_usage(
+    secured: Secured,
+) -> None:
+    """Tokens per minute count the prompt and the requested output budget before any worker sees the
+    request; when it ends, the charge is its actual usage (the unused budget refunded)."""
+    key = (await secured.create_key(tenant="tr", role="user", limits={"tokens_per_minute": 1000}))["key"]
+    headers = {"Authorization": f"Bearer {key}"}
+    url = secured.node.url + "/v1/chat/completions"
+    body = {"model": secured.node.model.name, "messages": [{"role": "user", "content": "hello there"}]}
+    await _clear_of_a_window_boundary()
+    seen_before = _worker_requests(secured)
+    async with secured.session.post(url, json={**body, "max_tokens": 1000}, headers=headers) as refused:
+        assert refused.status == 429, await refused.text()
+        error = (await refused.json())["error"]
+        assert error["code"] == "rate_limit_exceeded" and "tokens per minute" in error["message"]
+        assert refused.headers["x-ratelimit-remaining-tokens"] == "1000" and "Retry-After" in refused.headers
+    assert _worker_requests(secured) == seen_before  # refused before Dispatch
+    async with secured.session.post(url, json={**body, "max_tokens": 200}, headers=headers) as ok:
+        assert ok.status == 200, await ok.text()
+        usage = (await ok.json())["usage"]
+        reserved = usage["prompt_tokens"] + 200
+        assert ok.headers["x-ratelimit-remaining-tokens"] == str(1000 - reserved)
+    status, _, after = await secured.call("GET", "/v1/models", key)
+    assert status == 200 and int(after["x-ratelimit-remaining-tokens"]) == 1000 - usage["total_tokens"]
+
+
+def _worker_requests(secured: Secured) -> int:
+    assert secured.sim is not None
+    engine = secured.sim.engine
+    return engine.completed_requests + engine.cancelled_requests + engine.active_requests
+
+
+async def test_anthropic_messages_refusals_speak_anthropics_error_envelope(secured: Secured) -> None:
+    """/v1/messages answers 401/403/429 as Anthropic does ({"type":"error","error":{"type",...}}), with the
+    rate limit's headers, so Anthropic's clients read them as their own errors."""
+    body = {"model": secured.node.model.name, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    reader = (await secured.create_key(tenant="an", role="reader"))["key"]
+    limited = (await secured.create_key(tenant="an", role="user", limits={"requests_per_minute": 1}))["key"]
+    status, payload, _ = await secured.call("POST", "/v1/messages", None, body)
+    assert status == 401 and payload["type"] == "error", payload
+    assert payload["error"]["type"] == "authentication_error" and payload["error"]["message"]
+    status, payload, _ = await secured.call("POST", "/v1/messages", reader, body)
+    assert status == 403 and payload["type"] == "error" and payload["error"]["type"] == "permission_error", payload
+    await _clear_of_a_window_boundary()
+    assert (await secured.call("POST", "/v1/messages", limited, body))[0] == 200
+    status, payload, headers = await secured.call("POST", "/v1/messages", limited, body)
+    assert status == 429 and payload["type"] == "error" and payload["error"]["type"] == "rate_limit_error", payload
+    assert "Retry-After" in headers and headers["x-ratelimit-remaining-requests"] == "0"
+
+
+async def test_a_stream_the_client_abandons_releases_its_reservation(secured: Secured) -> None:
+    """An aborted request's unused reservation goes back to the window: only what it used stays charged."""
+    key = (await secured.create_key(tenant="ta", role="user", limits={"tokens_per_minute": 2000}))["key"]
+    headers = {"Authorization": f"Bearer {key}"}
+    body = {
+        "model": secured.node.model.name,
+        "messages": [{"role": "user", "content": "tell me a long story"}],
+        "max_tokens": 1500,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    await _clear_of_a_window_boundary()
+    async with secured.session.post(secured.node.url + "/v1/chat/completions", json=body, headers=headers) as r:
+        assert r.status == 200 and int(r.headers["x-ratelimit-remaining-tokens"]) < 500  # reserved
+        await r.content.readline()
+        r.close()  # the client goes away mid-stream
+    deadline = time.monotonic() + 5
+    while True:
+        remaining = int((await secured.call("GET", "/v1/models", key))[2]["x-ratelimit-remaining-tokens"])
+        if remaining > 500 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert 500 < remaining < 2000, remaining  # refunded, but the prompt it used is charged

@@ -147,6 +147,18 @@ async def test_tenants_do_not_see_each_others_ids(cluster: Cluster) -> None:
     assert status == 400 and _error(body)["param"] == TENANT_HEADER
 
 
+async def test_bad_tenant_header_fails_only_routes_that_use_a_tenant(cluster: Cluster) -> None:
+    # The tenant is checked where a route reads it: liveness, readiness and metrics ignore the header.
+    for path in ("/health", "/readiness", "/metrics"):
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(cluster.node.url + path, headers={TENANT_HEADER: "bad tenant"}) as resp,
+        ):
+            assert resp.status == 200, path
+    status, body = await _request(cluster, "GET", "/v1/conversations/conv_x", tenant="bad tenant")
+    assert status == 400 and _error(body)["param"] == TENANT_HEADER
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
