@@ -27,7 +27,9 @@ from node.http.anthropic_types import (
     Message,
     MessagesRequest,
 )
+from node.pipeline.constraints import ToolForcing, tool_constraint
 from node.pipeline.request import ChatPrompt, GenerateRequest, NamedTool, Sampling, ToolChoice, ToolUse
+from node.structured.constraint import Constraint, ToolSpec
 
 
 def _text_of(block: Block, where: str) -> str:
@@ -240,5 +242,15 @@ def messages_request(req: MessagesRequest) -> GenerateRequest:
         budget_param="max_tokens",
         prompt_param="messages",
         tools=tools,
+        constraint=_forcing(tools),
         reasoning_budget=budget,
     )
+
+
+def _forcing(tools: ToolUse | None) -> Constraint | None:
+    """``tool_choice`` ``any`` / ``tool``: the engine is constrained to answer with the call(s), exactly as chat's
+    ``required`` / named function are (node.pipeline.constraints), so the model cannot answer without calling."""
+    if tools is None or tools.choice in ("auto", "none"):
+        return None
+    forcing = ToolForcing(tools.choice.name if isinstance(tools.choice, NamedTool) else None)
+    return tool_constraint(forcing, [ToolSpec(name, schema) for name, schema in tools.schemas.items()])

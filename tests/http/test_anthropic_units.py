@@ -190,3 +190,16 @@ async def test_an_idle_stream_is_pinged(monkeypatch: pytest.MonkeyPatch) -> None
     await asyncio.gather(task, return_exceptions=True)
     assert idle >= 3 and all(d == b'event: ping\ndata: {"type":"ping"}\n\n' for d in writer.data)
     assert len(writer.data) - idle <= 1
+
+
+def test_any_and_a_named_tool_constrain_the_engine_to_call() -> None:
+    city = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}}}
+    tools = [{"name": "weather", "input_schema": city}, TOOL]
+    named = messages_request(req(tools=tools, tool_choice={"type": "tool", "name": "weather"})).constraint
+    assert named is not None and named.kind == "json_schema"
+    assert msgspec.json.decode(named.text) == city  # exactly the named tool's arguments
+    anyone = messages_request(req(tools=tools, tool_choice={"type": "any"})).constraint
+    assert anyone is not None and anyone.kind == "json_schema"
+    assert {"weather", "f"} <= set(anyone.text.replace('"', " ").split())  # an array of calls to any tool
+    for free in ({"type": "auto"}, {"type": "none"}):
+        assert messages_request(req(tools=tools, tool_choice=free)).constraint is None
