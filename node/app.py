@@ -21,14 +21,18 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
 from node.auth.config import read_bootstrap_key
 from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
+from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import HttpConfig, ModelConfig, NodeConfig
+from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
+from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
 from node.http.auth_middleware import auth_middleware
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
@@ -36,9 +40,10 @@ from node.http.keys_api import add_key_routes
 from node.http.limits_api import add_limit_routes
 from node.http.limits_middleware import add_rate_headers, limits_middleware
 from node.http.mesh_routes import add_mesh_routes
-from node.http.middleware import errors
+from node.http.middleware import errors, request_identity
 from node.http.protocol import EnvelopeAppRunner
 from node.http.server import build_app
+from node.http.status import add_status_routes
 from node.http.tls import ServerTls, TlsFiles
 from node.http.workers_api import add_worker_routes
 from node.loop_monitor import LoopLagMonitor
@@ -51,6 +56,8 @@ from node.routing.kv_indexes import KvIndexes
 from node.routing.policy import RoutingPolicy
 from node.routing.registry import make_policy
 from node.tasks import Supervisor
+from node.telemetry.observe import observe
+from node.telemetry.tracing import Tracing
 from node.workers.breaker import CircuitBreaker
 from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
@@ -96,10 +103,14 @@ def _connection_limits(http: HttpConfig) -> ConnectionLimits:
 
 @contextlib.asynccontextmanager
 async def run_node(
-    config: NodeConfig, *, client_factory: Callable[[str], WorkerClient] | None = None
+    config: NodeConfig,
+    *,
+    client_factory: Callable[[str], WorkerClient] | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
-    WorkerTlsError on unusable worker TLS files, AuthConfigError on an unreadable bootstrap key file."""
+    WorkerTlsError on unusable worker TLS files, AuthConfigError on an unreadable bootstrap key file.
+    ``span_exporter`` replaces the OTLP exporter of traced requests (tests)."""
     # Read before anything starts: a bad key file stops the node with the file named.
     bootstrap_key = read_bootstrap_key(config.auth)
     http = config.http
@@ -181,6 +192,13 @@ async def run_node(
             shared.registry.add(spec.spec)
         pool.sync(shared.registry.specs())
         stack.callback(shared.registry.subscribe(lambda: pool.sync(shared.registry.specs())))
+        if config.discovery.worker_dns:  # the first answer before start: its workers may name the model
+            discovery = _dns_discovery(config, shared.registry)
+            await discovery.sync_once()
+            supervisor.spawn(discovery.run(), name="worker-dns")
+        if config.discovery.worker_k8s_selector:
+            k8s = K8sDiscovery(k8s_target(config.discovery), shared.registry, max_workers=config.workers.max_workers)
+            supervisor.spawn(k8s.run(), name="worker-k8s")
         pool.start()
         supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
@@ -192,7 +210,14 @@ async def run_node(
         for name in by_model:
             if not any(m.answers_to(name) for m in models):
                 log.warning("--model-policy names %r, which is not a served model: ignored", name)
-        metrics = NodeMetrics(pool)
+        telemetry = config.telemetry
+        metrics = NodeMetrics(pool, multiproc_dir=telemetry.metrics_dir, process_index=config.cluster.process_index)
+        if telemetry.metrics_dir:
+            supervisor.spawn(metrics.run_snapshots(), name="metrics-snapshots")
+        tracing = None
+        if telemetry.tracing:
+            tracing = Tracing(telemetry, exporter=span_exporter)
+            stack.callback(tracing.close)
         metrics.watch_tokenizer(model.tokenizer)
         metrics.watch_state(shared)
         if mesh is not None:
@@ -232,6 +257,7 @@ async def run_node(
             retry=config.retry,
             deadlines=config.deadlines,
             limits=config.limits,
+            observe=observe(metrics, tracing_=tracing, access_log_on=telemetry.access_log, identity=request_identity),
             drain=drain,
             inner_middlewares=middlewares,
         )
@@ -243,6 +269,7 @@ async def run_node(
         add_key_routes(admin, shared.keys)
         add_limit_routes(admin, shared.tenant_limits)
         app.on_response_prepare.append(add_rate_headers)
+        add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh, limiter=shared.limiter)
         admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
@@ -349,6 +376,15 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
     if len(set(names)) != len(names):
         raise ValueError(f"two model folders serve the same name: {', '.join(names)}")
     return models
+
+
+def _dns_discovery(config: NodeConfig, registry: WorkerRegistry) -> DnsDiscovery:
+    """Raises OSError/ValueError when no DNS server is configured and resolv.conf names none."""
+    d = config.discovery
+    client = DnsClient(d.server() or system_nameserver(), timeout_s=d.worker_dns_timeout_s)
+    return DnsDiscovery(
+        d.targets(), registry, client, interval_s=d.worker_dns_interval_s, max_workers=config.workers.max_workers
+    )
 
 
 def _check_parser_overrides(config: ModelConfig, known: list[frozenset[str]]) -> None:

@@ -13,6 +13,7 @@ import errno
 import functools
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -105,7 +106,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         follow_supervisor(args.supervisor_pid, args.supervisor_fd)
     config = load_node_config(args)
     setup_logging(config.log)
-    from node.processes import ProcessGroup, reserve_port, reserve_port_range, resolve_processes, sibling_keyfile
+    from node.processes import (
+        ProcessGroup,
+        metrics_dir,
+        reserve_port,
+        reserve_port_range,
+        resolve_processes,
+        sibling_keyfile,
+    )
 
     count = resolve_processes(config.http.processes)
     if count > 1 and config.storage.backend == "memory":
@@ -126,6 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             base = reserve_port_range("127.0.0.1", count)
             pinned += ["--mesh-bind", f"127.0.0.1:{base}", "--mesh-profile", "local", "--mesh-key-file", keyfile]
         print(f"smg-node starting {count} node processes on http://{config.http.host}:{port}", flush=True)
+        shared_metrics = metrics_dir()  # one /metrics for all of them, whichever answers the scrape
         try:
             group = ProcessGroup(
                 argv=[*args.argv, *pinned],
@@ -133,9 +142,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 grace_s=config.http.drain_timeout_s,
                 # the children reload the mesh key file and the TLS certificate on SIGHUP
                 hangup=bool(config.cluster.mesh_key_file or config.http.tls_cert_file),
+                metrics_dir=shared_metrics,
             )
             return group.run()
         finally:
+            shutil.rmtree(shared_metrics, ignore_errors=True)
             if keyfile is not None:
                 os.unlink(keyfile)
     from node.app import RunningNode, run_node
@@ -387,6 +398,64 @@ def cmd_members(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [list(header), *([("-" if v is None else str(v)) for v in row] for row in rows)]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(header))]
+    for row in cells:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _pct(x: float | None) -> str | None:
+    return None if x is None else f"{100 * x:.1f}%"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    s = _node_request(args.node, "/status.json", timeout_s=10, api_key=_api_key(args))
+    if args.json:
+        import json
+
+        print(json.dumps(s, indent=2))
+        return 0
+    node = s["node"]
+    print(
+        f"node {node['name'] or args.node}  ready: {'yes' if node['ready'] else 'no'}  policy: {node['policy']}  "
+        f"uptime: {node['uptime_s']:.0f}s"
+    )
+    if s["members"]:
+        print("\nMEMBERS")
+        rows = [(m["name"], m["http_addr"], m["state"], f"{m['since_change_s']:.1f}s") for m in s["members"]]
+        _table(("NAME", "HTTP ADDRESS", "STATE", "SINCE CHANGE"), rows)
+    print("\nWORKERS")
+    worker_rows = [
+        (
+            w["url"],
+            w["model"],
+            w["role"],
+            w["verdict"],
+            "yes" if w["routable_here"] else "no",
+            w["circuit"],
+            w["in_flight"],
+            _pct(w["load"]["token_usage"]) if w["load"] else None,
+            _pct(w["cache_hit_ratio"]),
+            w["last_error"],
+        )
+        for w in s["workers"]
+    ]
+    header = ("URL", "MODEL", "ROLE", "HEALTH", "ROUTABLE", "CIRCUIT", "IN FLIGHT", "KV USAGE", "CACHE HIT", "ERROR")
+    _table(header, worker_rows)
+    print("\nMODELS")
+    _table(("MODEL", "SERVABLE"), [(m["id"], "yes" if m["servable"] else "no") for m in s["models"]])
+    r = s["requests"]
+    print("\nREQUESTS (the answering process)")
+    c = r["by_class"]
+    _table(("TOTAL", "2XX", "4XX", "5XX", "IN FLIGHT"), [(r["total"], c["2xx"], c["4xx"], c["5xx"], r["in_flight"])])
+    if limits := s.get("rate_limits"):
+        print("\nRATE LIMITS")
+        refused = limits["refused"]
+        _table(("SHARE", *(f"REFUSED {k.upper()}" for k in refused)), [(_pct(limits["share"]), *refused.values())])
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     import json
 
@@ -482,6 +551,16 @@ def build_parser() -> argparse.ArgumentParser:
     members.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
     members.add_argument("--json", action="store_true", help="print the JSON of GET /mesh/members")
     members.set_defaults(func=cmd_members)
+
+    status = sub.add_parser("status", help="a node's view of the cluster: members, workers, models, requests")
+    status.add_argument("--node", default="http://127.0.0.1:8000", help="HTTP address of the node to ask")
+    status.add_argument("--json", action="store_true", help="print the JSON of GET /status.json")
+    status.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help=f"a reader (or admin) key, when the node requires keys (or ${API_KEY_ENV})",
+    )
+    status.set_defaults(func=cmd_status)
 
     key_help = f"file holding your API key (default: ${API_KEY_ENV})"
     for command in (join, members):

@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
+from urllib.parse import urlsplit
 
 from node.auth.config import AuthConfig
 from node.cluster.config import ClusterConfig
+from node.discovery.config import DiscoveryConfig
 from node.routing.config import RoutingConfig
 from node.workers.deadlines import DeadlineConfig
 from node.workers.retry import RetryConfig
@@ -444,6 +446,45 @@ class RequestLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class TelemetryConfig:
+    """Traces, the access log, and how sibling processes (``--processes``) share one /metrics."""
+
+    trace_sample_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "fraction of requests traced (0 = tracing off; a client's sampled traceparent is "
+            "followed whenever tracing is on)"
+        },
+    )
+    otlp_traces_endpoint: str = field(
+        default="",
+        metadata={"help": "OTLP/HTTP endpoint spans are exported to, e.g. http://collector:4318/v1/traces"},
+    )
+    trace_service_name: str = field(default="smg-node", metadata={"help": "service.name of exported spans"})
+    access_log: bool = field(
+        default=True, metadata={"help": "log one line per HTTP request (logger node.access, level info)"}
+    )
+    metrics_dir: str = field(
+        default="",
+        metadata={
+            "help": "directory the sibling processes of --processes share their metrics in (set by the "
+            "supervisor, which also sets PROMETHEUS_MULTIPROC_DIR)",
+            "cli": False,
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.trace_sample_ratio <= 1.0:
+            raise ValueError(f"trace_sample_ratio must be in [0, 1], got {self.trace_sample_ratio}")
+        if self.otlp_traces_endpoint and urlsplit(self.otlp_traces_endpoint).scheme not in ("http", "https"):
+            raise ValueError(f"otlp_traces_endpoint must be an http(s) URL, got {self.otlp_traces_endpoint!r}")
+
+    @property
+    def tracing(self) -> bool:
+        return self.trace_sample_ratio > 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     log_level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata={"help": "log level"})
     log_format: LogFormat = field(default="text", metadata={"help": "log line format"})
@@ -475,6 +516,8 @@ class NodeConfig:
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:

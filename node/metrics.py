@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -17,13 +17,10 @@ from node.http.connections import CLOSE_REASONS, ConnectionGate
 from node.pipeline.events import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.cache_aware import CacheAware
+from node.telemetry import multiproc, record
+from node.telemetry.tally import RequestTally
 from node.workers.breaker import CIRCUIT_STATES
 from node.workers.pool import WorkerPool
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-# Route patterns are the label, never raw paths: a client cannot blow up the label cardinality.
-_UNMATCHED = "unmatched"
 
 
 class _WorkerCollector(Collector):
@@ -196,6 +193,63 @@ class _StateCollector(Collector):
             )
 
 
+# Histogram buckets, shaped as SMG's and vLLM's dashboards expect them:
+#: SMG's default buckets (1 ms .. 240 s): HTTP duration of every route and the gateway's own queue time.
+HTTP_DURATION_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    180,
+    240,
+)
+#: vLLM's vllm:time_to_first_token_seconds buckets.
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    160.0, 640.0, 2560.0,
+)  # fmt: skip
+#: vLLM's vllm:time_per_output_token_seconds buckets.
+TPOT_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+#: vLLM's 1-2-5 token-count buckets (vllm:request_prompt_tokens), up to a million tokens.
+TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(7) for m in (1, 2, 5))
+#: Distinct worker label values one process gives its per-request series; workers past it (a registry
+#: churning through many short-lived workers) are counted under "other", so the series count stays bounded.
+MAX_WORKER_LABELS = 256
+OTHER_WORKER = "other"
+
+
+class _BoundedLabel:
+    """Values pass through until ``limit`` distinct ones were seen; later new values become ``other``."""
+
+    def __init__(self, limit: int, other: str) -> None:
+        self._seen: set[str] = set()
+        self._limit = limit
+        self._other = other
+
+    def __call__(self, value: str) -> str:
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self._limit:
+            return self._other
+        self._seen.add(value)
+        return value
+
+
 class _LimitsCollector(Collector):
     """The limiter's refusals and whether it enforces a reduced share (cut off from part of the cluster)."""
 
@@ -247,9 +301,57 @@ class _ConnectionCollector(Collector):
         yield closed
 
 
+#: Label combinations whose metric children are kept at hand (``labels()`` costs microseconds per call); past
+#: it a request's children are looked up each time. Labels are bounded, this bounds the memory of the shortcut.
+MAX_CACHED_SERIES = 4096
+
+
+class _Series:
+    """The children one (route, model, status, worker) combination observes into (the worker's only with one)."""
+
+    __slots__ = (
+        "duration",
+        "generation_tokens",
+        "prompt_tokens",
+        "queue",
+        "requests",
+        "tpot",
+        "ttft",
+        "worker_requests",
+    )
+
+    def __init__(self, m: NodeMetrics, route: str, model: str, code: str, worker: str) -> None:
+        self.requests = m.requests.labels(route, code)
+        self.duration = m.duration.labels(model, route, code)
+        if not worker:  # a request no worker served has no per-worker series (none made, none exported)
+            return
+        self.worker_requests = m.worker_requests.labels(worker, code)
+        self.queue = m.queue.labels(model, route)
+        self.ttft = m.ttft.labels(model, route, worker)
+        self.tpot = m.tpot.labels(model, worker)
+        self.prompt_tokens = m.request_tokens.labels(model, route, "prompt")
+        self.generation_tokens = m.request_tokens.labels(model, route, "generation")
+
+
 class NodeMetrics:
-    def __init__(self, pool: WorkerPool) -> None:
+    """The node's metrics. ``registry`` holds the instruments; ``view`` the collectors read at scrape time.
+
+    With ``multiproc_dir`` (``serve --processes N``) the instruments are summed over the sibling processes
+    and every process's view is served labelled by ``process`` (node/telemetry/multiproc.py); this process
+    must then call ``snapshot()`` every SNAPSHOT_INTERVAL_S (``run_snapshots``).
+    """
+
+    def __init__(self, pool: WorkerPool, *, multiproc_dir: str = "", process_index: int = 0) -> None:
         self.registry = CollectorRegistry()
+        self._multiproc_dir = multiproc_dir
+        self._process_index = process_index
+        if multiproc_dir:
+            multiproc.check_multiprocess_mode(multiproc_dir)
+            self.view = CollectorRegistry()
+            self._served = multiproc.node_registry(multiproc_dir, self.view, process_index)
+            self._labelled_view = multiproc.labelled(self.view, process_index)
+        else:
+            self.view = self._served = self.registry
         self.requests = Counter(
             "smg_node_http_requests",
             "HTTP requests by route and status.",
@@ -257,55 +359,129 @@ class NodeMetrics:
             registry=self.registry,
         )
         self.in_flight = Gauge(
-            "smg_node_http_in_flight_requests", "HTTP requests being served.", registry=self.registry
+            "smg_node_http_in_flight_requests",
+            "HTTP requests being served.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.tokens = Counter("smg_node_tokens", "Tokens of answered requests.", ["kind"], registry=self.registry)
         self.cached_tokens = self.tokens.labels("cached_prompt")
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
+        self.duration = Histogram(
+            "smg_node_http_request_duration_seconds",
+            "HTTP request duration from receipt to the last byte, by served model, route and status.",
+            ["model", "route", "status"],
+            buckets=HTTP_DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "smg_node_time_to_first_token_seconds",
+            "From the request's receipt to its first output token, by model, route and worker.",
+            ["model", "route", "worker"],
+            buckets=TTFT_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.tpot = Histogram(
+            "smg_node_time_per_output_token_seconds",
+            "Mean time per output token after the first, per request, by model and worker.",
+            ["model", "worker"],
+            buckets=TPOT_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.queue = Histogram(
+            "smg_node_request_queue_time_seconds",
+            "From receipt to dispatch to a worker (template, tokenize, CPU-pool queue, routing), by model and route.",
+            ["model", "route"],
+            buckets=HTTP_DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.request_tokens = Histogram(
+            "smg_node_request_tokens",
+            "Tokens per answered request (kind prompt or generation), by model and route.",
+            ["model", "route", "kind"],
+            buckets=TOKEN_BUCKETS,
+            registry=self.registry,
+        )
+        self.worker_requests = Counter(
+            "smg_node_worker_requests",
+            "Requests dispatched to a worker, by worker and the HTTP status the client got.",
+            ["worker", "status"],
+            registry=self.registry,
+        )
+        self.worker_errors = Counter(
+            "smg_node_worker_errors",
+            "Requests a worker failed (error_type: the failure's class), by worker.",
+            ["worker", "error_type"],
+            registry=self.registry,
+        )
+        self._worker_label = _BoundedLabel(MAX_WORKER_LABELS, OTHER_WORKER)
+        self.tally = RequestTally()  # this process's totals, for the status page
+        self._series: dict[tuple[str, str, int, str], _Series] = {}
         self.auth_failures = Counter(
             "smg_node_auth_failures",
             "Requests refused 401, by reason (missing, malformed, unknown, revoked, expired).",
             ["reason"],
             registry=self.registry,
         )
-        self.registry.register(_WorkerCollector(pool))
-        self.registry.register(_RoutingCollector(pool))
+        self.view.register(_WorkerCollector(pool))
+        self.view.register(_RoutingCollector(pool))
 
     def watch_connections(self, gate: ConnectionGate) -> None:
-        self.registry.register(_ConnectionCollector(gate))
+        self.view.register(_ConnectionCollector(gate))
 
     def watch_mesh(self, mesh: Mesh) -> None:
-        self.registry.register(_MeshCollector(mesh))
+        self.view.register(_MeshCollector(mesh))
 
     def watch_state(self, shared: SharedState) -> None:
-        self.registry.register(_StateCollector(shared))
-        self.registry.register(_LimitsCollector(shared))
+        self.view.register(_StateCollector(shared))
+        self.view.register(_LimitsCollector(shared))
 
     def watch_tokenizer(self, tokenizer: Tokenizer) -> None:
-        self.registry.register(_TokenizerCacheCollector(tokenizer))
+        self.view.register(_TokenizerCacheCollector(tokenizer))
 
     def observe_usage(self, usage: Usage) -> None:
         self.prompt_tokens.inc(usage.prompt_tokens)
         self.completion_tokens.inc(usage.completion_tokens)
         self.cached_tokens.inc(usage.cached_tokens)
+        record.current().usage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
 
-    def middleware(self) -> Middleware:
-        @web.middleware
-        async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
-            info = request.match_info.route.resource
-            route = info.canonical if info is not None else _UNMATCHED
-            self.in_flight.inc()
-            status = 499  # the client went away before an answer (nginx's convention)
-            try:
-                resp = await handler(request)
-                status = resp.status
-                return resp
-            finally:
-                self.in_flight.dec()
-                self.requests.labels(route, str(status)).inc()
+    def observe(self, rec: record.RequestRecord, status: int, duration_s: float) -> None:
+        """One finished request: its latency histograms, and its worker's counters when it reached one."""
+        self.tally.observe(status, rec.worker, rec.prompt_tokens, rec.cached_tokens)
+        for failed, error_type in rec.worker_errors:
+            self.worker_errors.labels(self._worker_label(failed), error_type).inc()
+        worker = self._worker_label(rec.worker) if rec.worker else ""
+        key = (rec.route, rec.model, status, worker)
+        series = self._series.get(key)
+        if series is None:
+            series = _Series(self, rec.route, rec.model, str(status), worker)
+            if len(self._series) < MAX_CACHED_SERIES:
+                self._series[key] = series
+        series.requests.inc()
+        series.duration.observe(duration_s)
+        if not worker:
+            return
+        series.worker_requests.inc()
+        if (queue := rec.queue_s) is not None:
+            series.queue.observe(queue)
+        if (ttft := rec.ttft_s) is not None:
+            series.ttft.observe(ttft)
+        if (tpot := rec.tpot_s) is not None:
+            series.tpot.observe(tpot)
+        if rec.prompt_tokens or rec.completion_tokens:
+            series.prompt_tokens.observe(rec.prompt_tokens)
+            series.generation_tokens.observe(rec.completion_tokens)
 
-        return count
+    def snapshot(self) -> None:
+        """Publish this process's view to its siblings (multiprocess mode only)."""
+        if self._multiproc_dir:
+            multiproc.write_snapshot(self._multiproc_dir, self._process_index, self._labelled_view)
+
+    async def run_snapshots(self) -> None:
+        while True:
+            self.snapshot()
+            await asyncio.sleep(multiproc.SNAPSHOT_INTERVAL_S)
 
     async def handle(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")
+        return web.Response(body=generate_latest(self._served), content_type="text/plain", charset="utf-8")

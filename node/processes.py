@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from mesh import Keyring
+from node.telemetry.multiproc import forget_process
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,11 @@ def _free(host: str, port: int) -> bool:
             except OSError:
                 return False
     return True
+
+
+def metrics_dir() -> str:
+    """A fresh private directory for the siblings' shared metrics; the caller removes it (``shutil.rmtree``)."""
+    return tempfile.mkdtemp(prefix="smg-node-metrics-")
 
 
 def sibling_keyfile() -> str:
@@ -144,12 +150,16 @@ class ProcessGroup:
     grace_s: float
     #: Forward SIGHUP to the children (they reload --mesh-key-file on it).
     hangup: bool = False
+    #: The directory the children share their metrics in (``metrics_dir()``; "" = each its own).
+    metrics_dir: str = ""
     _children: list[_Child] = field(default_factory=list)
     _stopping: bool = False
 
     def _spawn(self, index: int) -> tuple[subprocess.Popen[bytes], int]:
         """Start child ``index``; returns it and the write end of its supervisor pipe."""
         env = {**os.environ, "SMG_NODE_PROCESS_INDEX": str(index), "SMG_NODE_PROCESS_COUNT": str(self.count)}
+        if self.metrics_dir:  # prometheus-client reads it when the child imports it: before any metric exists
+            env |= {"PROMETHEUS_MULTIPROC_DIR": self.metrics_dir, "SMG_NODE_METRICS_DIR": self.metrics_dir}
         watched, held = os.pipe()
         follow = ["--supervisor-pid", str(os.getpid()), "--supervisor-fd", str(watched)]
         try:
@@ -205,6 +215,8 @@ class ProcessGroup:
             code = child.proc.poll()
             if code is None:
                 continue
+            if self.metrics_dir:
+                forget_process(self.metrics_dir, child.proc.pid, child.index)
             if now - child.started > STABLE_AFTER_S:
                 child.backoff_s = RESTART_BACKOFF_MIN_S
             log.error("node process %d exited with %s; restarting in %.1f s", child.index, code, child.backoff_s)

@@ -1,7 +1,8 @@
 """Which role may call which route (a pure table, first match wins).
 
 ``admin`` may call everything; ``user`` the inference and history APIs (its own tenant's history: the tenant
-comes from the identity); ``reader`` status and metrics. ``/health`` stays open for liveness probes. A path
+comes from the identity); ``reader`` status (``/status``, ``/status.json``) and metrics. ``/health`` stays
+open for liveness probes. A path
 no rule names needs any valid identity, so unknown paths answer 404 only to callers with credentials.
 """
 
@@ -40,6 +41,8 @@ RULES: Final[tuple[Rule, ...]] = (
     _rule("/workers", ADMIN),
     _rule("/metrics", READER),
     _rule("/readiness", READER),
+    _rule("/status", READER, "GET", "HEAD"),  # the status page (node/http/status.py) and its JSON
+    _rule("/status.json", READER, "GET", "HEAD"),
     _rule("/v1/", USER),
 )
 

@@ -72,13 +72,16 @@ def anthropic_status(status: int) -> int:
 
 
 class AnthropicEnvelope:
-    """{"type": "error", "error": {"type", "message"}}"""
+    """{"type": "error", "error": {"type", "message"}, "request_id"} (Anthropic's API names the request at the top)"""
 
     def status(self, error: EdgeError) -> int:
         return anthropic_status(error.status)
 
     def body(self, error: EdgeError) -> bytes:
-        return _ENCODE(error_object(error.status, error.message))
+        body = error_object(error.status, error.message)
+        if error.request_id is not None:
+            body["request_id"] = error.request_id
+        return _ENCODE(body)
 
 
 ANTHROPIC = AnthropicEnvelope()

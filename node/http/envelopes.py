@@ -21,6 +21,8 @@ class EdgeError:
     error_type: str
     param: str | None = None
     code: str | None = None
+    # The request's id (X-Request-Id, echoed or minted), so a client can quote it from the body alone.
+    request_id: str | None = None
 
     @classmethod
     def of(cls, exc: GatewayError) -> EdgeError:
@@ -38,13 +40,16 @@ class ErrorEnvelope(Protocol):
 
 
 class OpenAIEnvelope:
-    """{"error": {"message", "type", "param", "code"}}"""
+    """{"error": {"message", "type", "param", "code", "request_id"}} (request_id: our addition, which OpenAI's
+    SDKs keep in the error's body)"""
 
     def status(self, error: EdgeError) -> int:
         return error.status
 
     def body(self, error: EdgeError) -> bytes:
-        return error_body(error.message, error.error_type, param=error.param, code=error.code)
+        return error_body(
+            error.message, error.error_type, param=error.param, code=error.code, request_id=error.request_id
+        )
 
 
 OPENAI = OpenAIEnvelope()

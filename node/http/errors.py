@@ -27,8 +27,13 @@ NO_AUTO_DECOMPRESS = {"auto_decompress": False}
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
 
-def error_body(message: str, error_type: str, *, param: str | None = None, code: str | None = None) -> bytes:
-    return _ENCODER.encode({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+def error_body(
+    message: str, error_type: str, *, param: str | None = None, code: str | None = None, request_id: str | None = None
+) -> bytes:
+    error: dict[str, str | None] = {"message": message, "type": error_type, "param": param, "code": code}
+    if request_id is not None:
+        error["request_id"] = request_id
+    return _ENCODER.encode({"error": error})
 
 
 def error_object(exc: GatewayError) -> dict[str, str | None]:

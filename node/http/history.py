@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from node.errors import GatewayError, InvalidRequest, NotFound
+from node.telemetry import record
+from node.telemetry.spans import stage_span
 from storage import errors as storage_errors
 from storage.base import ConversationStore, ResponseStore, Stores
 
@@ -140,7 +142,8 @@ class History:
         StorageConflict, InvalidRequest, StorageFailed."""
         self.check_available()
         try:
-            result = await op()
+            with stage_span(record.current(), "storage", param=param or ""):
+                result = await op()
         except storage_errors.StorageUnavailable as exc:
             raise self._unavailable(exc) from exc
         except storage_errors.StorageContended as exc:

@@ -1,20 +1,20 @@
 """The middleware chain, configured in one place (``middleware_chain``), outermost first:
 
-    (outer)          what the composition root puts first: the connection gate
-    metrics          counts every answer by route and status (outside errors: it sees the status they made)
-    errors           maps every exception to the route's API error envelope, never a traceback
-    request context  request id, identity, tenant claim (checked where a route reads it), routing key:
-                     made once here, read by every stage (context_of)
+(outer)          what the composition root puts first: the connection gate
+observe          metrics, access log line and server span of every answer (node/telemetry/observe.py;
+                 outside errors: it sees the status they made)
+errors           maps every exception to the route's API error envelope, never a traceback
+request context  request id, identity, tenant claim (checked where a route reads it), routing key:
+                 made once here, read by every stage (context_of)
 
-    (inner)          authentication and limits (node/http/auth_middleware.py, limits_middleware.py): inside
-                     the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
-                     the context, whose tenant and identity come from the verified credential
-
-Tracing plugs in as a further entry of the same list.
+(inner)          authentication and limits (node/http/auth_middleware.py, limits_middleware.py): inside
+                 the errors, so a 401/403/429 leaves in the route's envelope with its headers, and before
+                 the context, whose tenant and identity come from the verified credential
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import uuid
@@ -29,6 +29,7 @@ from node.http.auth_middleware import IDENTITY
 from node.http.envelopes import OPENAI, EdgeError, ErrorEnvelope
 from node.http.tenancy import ApiConfig, tenant_claim
 from node.pipeline.context import RequestContext
+from node.telemetry import record
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,24 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
             headers=request.headers,
             identity=request.get(IDENTITY),
             tenant_claim=tenant_claim(request, tenancy),
+            span=record.current().span,  # the observe middleware's server span (INVALID_SPAN: not traced)
         )
         return await handler(request)
 
     return make_context
+
+
+def request_identity(request: web.Request) -> tuple[str, str]:
+    """(request id, tenant) once the chain ran (the observe middleware reads them on the way out); empty
+    strings for a request refused before its context was made."""
+    ctx = request.get(CONTEXT_KEY)
+    if ctx is None:
+        return "", ""
+    try:
+        tenant = ctx.tenant
+    except GatewayError:  # a tenant header no store accepts: the request failed on it, the log names none
+        tenant = ""
+    return ctx.request_id, tenant
 
 
 async def echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
@@ -92,6 +107,9 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
             log.exception("unhandled error on %s %s", request.method, request.path)
             error = EdgeError(500, "The server had an error while processing your request.", "server_error")
             headers = {}
+        ctx = request.get(CONTEXT_KEY)  # made on the way in, even for a request refused there
+        if ctx is not None:
+            error = dataclasses.replace(error, request_id=ctx.request_id)
         envelope = envelopes.get(request.match_info.route, OPENAI)
         return web.Response(
             status=envelope.status(error), body=envelope.body(error), content_type="application/json", headers=headers

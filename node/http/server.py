@@ -28,6 +28,7 @@ from node.pipeline.run import Run
 from node.pipeline.served_model import ServedModel
 from node.pipeline.spec import Prepared
 from node.routing.config import DEFAULT_ROUTING_KEY_HEADER
+from node.telemetry.observe import observe as observe_middleware
 from node.workers.deadlines import DeadlineConfig
 from node.workers.pool import WorkerPool
 from node.workers.retry import RetryConfig
@@ -57,11 +58,13 @@ def build_app(
     retry: RetryConfig | None = None,
     deadlines: DeadlineConfig | None = None,
     limits: RequestLimits | None = None,
+    observe: Middleware | None = None,
     outer_middlewares: Sequence[Middleware] = (),
     drain: Drain | None = None,
     inner_middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The node's routes. ``drain``: once it is draining, /readiness answers 503 whatever the workers say.
+    ``observe`` is the outermost middleware (node/telemetry/observe.py; the default: metrics only).
     ``inner_middlewares`` (authentication, limits) run inside the error middleware, before the request
     context is made (it takes the tenant from their identity)."""
     limits = limits or RequestLimits()
@@ -70,7 +73,7 @@ def build_app(
     envelopes: dict[AbstractRoute, ErrorEnvelope] = {}
     chain = middleware_chain(
         outer=outer_middlewares,
-        metrics=metrics.middleware(),
+        metrics=observe or observe_middleware(metrics, access_log_on=False),
         envelopes=envelopes,
         tenancy=tenancy,
         routing_key_header=routing_key_header,

@@ -30,7 +30,8 @@ class RequestContext:
     # The request's headers (case-insensitive lookups), for the hints stages honour without parsing the
     # body: the client SDKs' timeout headers tighten Dispatch's deadlines (node/workers/deadlines.py).
     headers: Mapping[str, str] = field(default_factory=dict)
-    # Slot for a tracing span (no tracer yet): stages may annotate it, nothing requires it.
+    # The request's server span (node/telemetry/observe.py; INVALID_SPAN when not traced): stages may annotate
+    # it, nothing requires it. Child spans come from node/telemetry/spans.py.
     span: object | None = field(default=None)
     # The tenant the request claims (node/http/tenancy.py decides whether the header may claim one), checked
     # only when a route reads ``tenant``: a bad claim fails the routes that use a tenant, never /health.

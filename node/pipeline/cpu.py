@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from node.pipeline.tokenizer import Tokenizer
+from node.telemetry import record
+from node.telemetry.spans import stage_span
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,9 +54,13 @@ class CpuPool:
         """Ids of a chat prompt (no special tokens added: the template wrote them). ``render`` makes the
         text from messages of ``size_hint`` characters: inline when small, then `encode`; for very long
         conversations both on the pool."""
-        if size_hint > RENDER_INLINE_MAX_CHARS:
-            return await self.run(size_hint, lambda: tokenizer.encode(render(), add_special_tokens=False))
-        return await self.encode(tokenizer, render(), add_special_tokens=False)
+        with stage_span(record.current(), "template+tokenize", chars=size_hint) as span:
+            if size_hint > RENDER_INLINE_MAX_CHARS:
+                ids = await self.run(size_hint, lambda: tokenizer.encode(render(), add_special_tokens=False))
+            else:
+                ids = await self.encode(tokenizer, render(), add_special_tokens=False)
+            span.set_attribute("gen_ai.usage.input_tokens", len(ids))
+            return ids
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -18,12 +18,16 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from opentelemetry.trace import INVALID_SPAN, Span
+
 from node.errors import WorkerFailed, WorkerIncomplete, WorkerProtocolError
 from node.pipeline.events import Event
 from node.pipeline.output import OutputProcessor
 from node.pipeline.spec import GenerateSpec
 from node.pipeline.worker_contract import ContractLimits, WorkerContract
 from node.routing.policy import RouteRequest
+from node.telemetry import record
+from node.telemetry.spans import end_generate_span, generate_span, routing_span, span_headers
 from node.workers.breaker_client import blame
 from node.workers.client import worker_batches
 from node.workers.deadlines import DeadlineConfig, Deadlines, deadlines_for
@@ -93,6 +97,7 @@ class Dispatch:
         spec ended normally. Raises NoHealthyWorker, WorkerFailed (WorkerTimeout, WorkerProtocolError, ...)
         once retrying is over or not allowed."""
         spec, pool, retry = self._spec, self._pool, self._config.retry
+        rec = record.current()
         tried: set[str] = set()
         attempt = 0
         while True:
@@ -102,24 +107,30 @@ class Dispatch:
             )
             kv_transfer: str | None = None
             if pool.disaggregated(spec.model):
-                prefill = pool.select(route, role="prefill")
+                with routing_span(rec, pool, attempt, role="prefill") as routed:
+                    prefill = routed(pool.select(route, role="prefill"))
                 self.prefill_url = prefill.url
                 try:
                     kv_transfer = await self._prefill_on(prefill)
                 except WorkerFailed as exc:
+                    rec.failed(prefill.url, exc)
                     pause = retry.next_pause(exc, attempt=attempt, received=False)
                     if pause is None:
                         raise
                     await self._before_retry(prefill, exc, pause, tried)
                     continue
-                worker = pool.select(route, role="decode")
+                with routing_span(rec, pool, attempt, role="decode") as routed:
+                    worker = routed(pool.select(route, role="decode"))
             else:
-                worker = pool.select(route)
+                with routing_span(rec, pool, attempt) as routed:
+                    worker = routed(pool.select(route))
+            rec.routed(worker.url, pool.policy_name, spec.model)
             self.worker_url = worker.url
             received = False
+            span = generate_span(rec, worker.url, spec)
             try:
                 # aclosing: when our consumer leaves, the worker stream is closed (and aborted) now, not at GC.
-                async with contextlib.aclosing(self._attempt(worker, kv_transfer)) as batches:
+                async with contextlib.aclosing(self._attempt(worker, kv_transfer, span)) as batches:
                     async for batch in batches:
                         received = True
                         yield batch
@@ -127,10 +138,14 @@ class Dispatch:
                     yield final()
                 return
             except WorkerFailed as exc:
+                rec.failed(worker.url, exc)
+                span.record_exception(exc)
                 pause = retry.next_pause(exc, attempt=attempt, received=received)
                 if pause is None:
                     raise
                 await self._before_retry(worker, exc, pause, tried)
+            finally:
+                end_generate_span(span, rec, self._output.usage)
 
     async def _before_retry(self, worker: Worker, exc: WorkerFailed, pause_s: float, tried: set[str]) -> None:
         """Take ``worker`` out of rotation (until a health check passes), remember it, wait ``pause_s``."""
@@ -176,7 +191,9 @@ class Dispatch:
             raise WorkerFailed(f"prefill worker {worker.url} returned no kv_transfer_params")
         return handed
 
-    async def _attempt(self, worker: Worker, kv_transfer: str | None) -> AsyncGenerator[list[Event], None]:
+    async def _attempt(
+        self, worker: Worker, kv_transfer: str | None, span: Span = INVALID_SPAN
+    ) -> AsyncGenerator[list[Event], None]:
         """One try on ``worker``: its stream through the worker contract and the Output stage, in-flight
         counted, aborted unless the worker finished by itself."""
         spec, output = self._spec, self._output
@@ -188,7 +205,9 @@ class Dispatch:
             stream=output.worker_streams,
             kv_transfer_params_json=kv_transfer,
             deadlines=self._deadlines,
+            trace_headers=span_headers(span),
         )
+        rec = record.current()
         limits = ContractLimits(
             max_tokens=params.max_tokens,
             n=params.n,
@@ -210,6 +229,8 @@ class Dispatch:
                     cut = False
                 else:
                     checked, cut = _police(contract, outs)
+                # Token arrival times for TTFT and time per output token (node/telemetry/record.py).
+                rec.tokens(len(checked[0].token_ids) if len(checked) == 1 else sum(len(o.token_ids) for o in checked))
                 # Messages that arrived together become one list of events: one write to the client.
                 events = output.feed(checked)
                 if events:

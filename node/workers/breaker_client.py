@@ -120,8 +120,11 @@ class BreakerClient:
                 outcome = Outcome.SUCCESS if answered else Outcome.CLIENT_GONE
             if aborted and outcome in (Outcome.SUCCESS, Outcome.INCOMPLETE):
                 outcome = Outcome.UNASKED_ABORT
+            trial = self._breaker.state == "half_open"
             if self._breaker.record(outcome):
                 log.warning("worker %s: circuit open after failed requests (last: %s)", self.url, outcome.value)
+            elif trial and self._breaker.state == "closed":
+                log.info("worker %s: circuit closed (a trial request succeeded)", self.url)
 
     async def model_info(self, *, timeout_s: float) -> ModelInfo:
         return await self._inner.model_info(timeout_s=timeout_s)

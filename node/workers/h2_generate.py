@@ -20,7 +20,7 @@ import collections
 import contextlib
 import math
 import ssl as ssl_module
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 
 import hpack
 
@@ -214,16 +214,23 @@ class H2GenerateChannel:
         self._header_blocks: dict[str, bytes] = {}
         self._closed = False
 
-    async def call(self, path: str, message: bytes) -> AsyncGenerator[list[bytes], None]:
-        """Yield the response messages of one call, every message that arrived together as one list.
+    async def call(
+        self, path: str, message: bytes, *, metadata: Sequence[tuple[str, str]] = ()
+    ) -> AsyncGenerator[list[bytes], None]:
+        """Yield the response messages of one call, every message that arrived together as one list;
+        ``metadata`` are extra request headers (lower-case names, e.g. traceparent).
 
         Raises CallFailed when the call ends with a non-OK status, after yielding what arrived before it.
         Closing the generator early resets the stream (RST_STREAM CANCEL).
         """
         loop = asyncio.get_running_loop()
         body = encode_message(message)
+        headers = self._header_block(path)
+        if metadata:
+            # Never-indexed literals touch no dynamic table, so a second block appends to the cached one.
+            headers += hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(k, v) for k, v in metadata])
         conn = await self._open_slot(wait=False)
-        stream = conn.core.open_stream(self._header_block(path), body)
+        stream = conn.core.open_stream(headers, body)
         conn.flush()
         conn.poll_keepalive()
         retries = 0
@@ -237,7 +244,7 @@ class H2GenerateChannel:
                     retries += 1
                     # Wait until a stream the worker does count ends (if any), then send the call again.
                     conn = await self._open_slot(wait=conn.core.active > 0)
-                    stream = conn.core.open_stream(self._header_block(path), body)
+                    stream = conn.core.open_stream(headers, body)
                     conn.flush()
                     conn.poll_keepalive()
                 elif stream.ended:

@@ -101,7 +101,8 @@ class HealthChecker:
         ok, lag_s = await self._timed_probe(worker)
         if ok:
             if not worker.healthy:
-                log.info("worker %s healthy", worker.url)
+                was = "back in rotation after an outage" if worker.checked else "in rotation"
+                log.info("worker %s healthy: %s", worker.url, was)
             worker.healthy = True
             worker.checked = True
             worker.consecutive_failures = 0
@@ -119,7 +120,12 @@ class HealthChecker:
         worker.consecutive_failures += 1
         if worker.consecutive_failures >= self._config.health_failures_to_unhealthy:
             if worker.healthy:
-                log.warning("worker %s unhealthy after %d failed checks", worker.url, worker.consecutive_failures)
+                log.warning(
+                    "worker %s unhealthy after %d failed checks: %s",
+                    worker.url,
+                    worker.consecutive_failures,
+                    worker.last_error,
+                )
             worker.healthy = False
             worker.checked = True
         self.publish(worker)

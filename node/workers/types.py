@@ -43,6 +43,8 @@ class WorkerRequest:
     # The stream's deadlines (node.workers.deadlines.deadlines_for), applied where the worker's breaker sees
     # them (BreakerClient): a tripped one is a WorkerTimeout the breaker counts. None: unbounded.
     deadlines: Deadlines | None = None
+    # Sent as call metadata: W3C traceparent/tracestate of the span this call belongs to (empty: not traced).
+    trace_headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

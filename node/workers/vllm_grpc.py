@@ -209,7 +209,7 @@ class VllmGrpcClient:
         if request.kv_transfer_params_json is not None:
             msg.kv_transfer_params_json = request.kv_transfer_params_json
         if self._h2 is not None:
-            calls = self._h2.call(_GENERATE_PATH, msg.SerializeToString())
+            calls = self._h2.call(_GENERATE_PATH, msg.SerializeToString(), metadata=request.trace_headers)
             parse = pb.GenerateResponse.FromString
             try:
                 async for batch in calls:
@@ -221,7 +221,7 @@ class VllmGrpcClient:
             finally:
                 await calls.aclose()  # early exit: RST_STREAM now; the caller also sends Abort
             return
-        call = self._stub.Generate(msg)
+        call = self._stub.Generate(msg, metadata=request.trace_headers or None)
         try:
             # read() rather than `async for`: one async-generator layer less per message on the hot path.
             while (resp := await call.read()) is not _EOF:

@@ -272,7 +272,9 @@ async def test_errors_in_anthropics_envelope(q: tuple[Edge, AsyncAnthropic]) -> 
     assert bad.value.body == {
         "type": "error",
         "error": {"type": "invalid_request_error", "message": bad.value.body["error"]["message"]},  # type: ignore[index]
+        "request_id": bad.value.body["request_id"],  # type: ignore[index]
     }
+    assert bad.value.body["request_id"], "Anthropic's envelope names the request at the top"  # type: ignore[index]
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
     with pytest.raises(anthropic.BadRequestError, match="does not take image"):
         await client.messages.create(model="qwen", max_tokens=8, messages=[{"role": "user", "content": [image]}])  # type: ignore[list-item]
@@ -343,7 +345,8 @@ async def test_refusals_of_other_layers_reach_the_sdk_as_anthropic_errors(
     with pytest.raises(sdk_error) as err:
         await client.messages.create(model="qwen", max_tokens=8, messages=ASK)
     assert err.value.status_code == status  # type: ignore[attr-defined]
-    assert err.value.body == {"type": "error", "error": {"type": kind, "message": "refused"}}  # type: ignore[attr-defined]
+    body = dict(err.value.body)  # type: ignore[attr-defined]
+    assert body.pop("request_id") and body == {"type": "error", "error": {"type": kind, "message": "refused"}}
 
 
 async def test_a_body_over_the_limit_is_request_too_large(q: tuple[Edge, AsyncAnthropic]) -> None:

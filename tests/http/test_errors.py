@@ -29,7 +29,8 @@ async def _post(cluster: Cluster, path: str, body: bytes | dict[str, Any]) -> tu
 
 def _assert_envelope(body: dict[str, Any], *, param: str | None = None, code: str | None = None) -> str:
     err = body["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    assert set(err) == {"message", "type", "param", "code", "request_id"}
+    assert isinstance(err["request_id"], str) and err["request_id"], "the body names the request id"
     assert isinstance(err["message"], str) and err["message"]
     assert "Traceback" not in err["message"]
     if param is not None:

@@ -47,7 +47,7 @@ async def _post(
 
 def _error(body: dict[str, Any], *, param: str | None = None, code: str | None = None) -> str:
     err = body["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    assert set(err) - {"request_id"} == {"message", "type", "param", "code"}
     assert err["type"] == "invalid_request_error"
     if param is not None:
         assert err["param"] == param

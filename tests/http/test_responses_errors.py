@@ -49,7 +49,7 @@ async def _request(
 
 def _error(body: dict[str, Any]) -> dict[str, Any]:
     err = body["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert set(err) - {"request_id"} == {"message", "type", "param", "code"} and err["message"]
     assert "Traceback" not in err["message"]
     return dict(err)
 

@@ -103,6 +103,9 @@ async def test_a_failing_worker_is_kept_out_until_a_trial_succeeds(llama3_model_
         assert status == 200
         assert f'smg_node_worker_circuit_state{{state="open",worker="{bad_url}"}} 1.0' in metrics
         assert f'smg_node_worker_circuit_opens_total{{worker="{bad_url}"}} 1.0' in metrics
+        # Both failures count against the bad worker, though each request was answered by the good one.
+        failed = [x for x in metrics.splitlines() if x.startswith("smg_node_worker_errors_total{") and bad_url in x]
+        assert sum(float(x.rsplit(" ", 1)[1]) for x in failed) == 2.0, failed
 
         # The engine recovers; after the cool-down one trial request closes the circuit.
         broken.broken = False
