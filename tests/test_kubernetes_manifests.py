@@ -54,6 +54,8 @@ def test_rolling_upgrade_pieces() -> None:
     assert any(a.startswith("--join=smg-node-mesh.") for a in node["args"])
     assert docs[("PodDisruptionBudget", "smg-node")]["spec"]["maxUnavailable"] == 1
     secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert secrets == {"smg-node-mesh-key", "smg-node-mesh-tls"}
+    assert secrets == {"smg-node-mesh-key", "smg-node-mesh-tls", "smg-node-auth"}
+    # Pods serve on their pod IP: without a bootstrap key (or --auth none) serve refuses to start open.
+    assert any(a.startswith("--auth-bootstrap-key-file=/etc/smg-node/auth/") for a in node["args"])
     assert docs[("Service", "smg-worker")]["spec"]["clusterIP"] == "None"
     assert any(a.startswith("--worker-dns=smg-worker.") for a in node["args"])
