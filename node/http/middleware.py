@@ -104,7 +104,13 @@ def errors(envelopes: Mapping[AbstractRoute, ErrorEnvelope]) -> Middleware:
             error = EdgeError(exc.status, message or exc.reason, "invalid_request_error", code=code)
             headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
         except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
+            ctx = request.get(CONTEXT_KEY)
+            log.exception(
+                "unhandled error on %s %s (request %s)",
+                request.method,
+                request.path,
+                ctx.request_id if ctx is not None else "-",
+            )
             error = EdgeError(500, "The server had an error while processing your request.", "server_error")
             headers = {}
         ctx = request.get(CONTEXT_KEY)  # made on the way in, even for a request refused there
