@@ -27,6 +27,7 @@ from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
 from node.auth.config import read_bootstrap_key
 from node.auth.jwt_auth import JwtAuthenticator
+from node.cluster.key_store import DurableKeys
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
@@ -63,7 +64,10 @@ from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
+from storage.base import Stores
+from storage.errors import StorageError
 from storage.factory import open_stores
+from storage.keys import FileKeyStore, KeyStore
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +152,14 @@ async def run_node(
             health_publish_interval_s=config.workers.health_publish_interval_s,
             on_hints=hints.receive if hints is not None else lambda _msg: None,
         )
+        keys = DurableKeys(shared.keys, _key_store(config, stores))
+        stack.callback(keys.close)
+        stack.push_async_callback(keys.flush_at_exit)  # unwound after the supervisor, before the stores close
+        if keys.durable:  # before serving: after a full-cluster restart the keys come from here
+            try:
+                await keys.load()
+            except StorageError as exc:
+                log.warning("key store: cannot load the API keys at start (%s); retrying in the background", exc)
         models: list[ServedModel] = []  # filled once loaded, before HTTP serves
 
         def policy_for(role: str, model: str | None) -> RoutingPolicy:
@@ -202,6 +214,7 @@ async def run_node(
         pool.start()
         supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
+        supervisor.spawn(keys.run(), name="key-store")
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
 
@@ -266,7 +279,7 @@ async def run_node(
         if mesh is not None:
             add_mesh_routes(admin, mesh)
         add_worker_routes(admin, pool, shared.registry)
-        add_key_routes(admin, shared.keys)
+        add_key_routes(admin, keys)
         add_limit_routes(admin, shared.tenant_limits)
         app.on_response_prepare.append(add_rate_headers)
         add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh, limiter=shared.limiter)
@@ -307,6 +320,13 @@ async def run_node(
             "serving %s on %s with %d worker(s)", ", ".join(repr(m.name) for m in models), node.url, len(pool.workers)
         )
         yield node
+
+
+def _key_store(config: NodeConfig, stores: Stores) -> KeyStore | None:
+    """Where the API keys are kept durably: the shared history backend, else the node's --keys-file."""
+    if stores.keys is not None:
+        return stores.keys
+    return FileKeyStore(config.auth.keys_file) if config.auth.keys_file else None
 
 
 def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:

@@ -526,6 +526,11 @@ class NodeConfig:
         admin = self.auth.admin_addr
         if admin is not None:
             self.auth.enforced(admin[0])
+        if self.auth.keys_file and self.storage.backend != "memory":
+            raise ValueError(
+                f"keys_file: the API keys are kept in the {self.storage.backend} history backend; "
+                "--keys-file is for the memory backend"
+            )
 
 
 def _sections(config: type[object]) -> Mapping[str, type[object]]:

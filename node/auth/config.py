@@ -53,6 +53,14 @@ class AuthConfig:
             "then does not serve it. Empty: on the main port. Admin keys are required on both"
         },
     )
+    keys_file: str = field(
+        default="",
+        metadata={
+            "help": "JSON file (mode 0600) keeping the API keys made with /admin/keys across restarts, for a node "
+            "with the memory history backend (with postgres or redis they are kept there); every node writes "
+            "all the cluster's keys to its own file. Empty: keys live in the cluster's memory only"
+        },
+    )
     jwt_issuer: str = field(
         default="",
         metadata={
