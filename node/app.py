@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
+from node.auth.client_cert import CertIdentities
 from node.auth.config import read_bootstrap_key
 from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.key_store import DurableKeys
@@ -249,7 +250,12 @@ async def run_node(
             failures = metrics.auth_failures
             jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
             middlewares.append(
-                auth_middleware(authenticator, jwt=jwt, on_failure=lambda f: failures.labels(f.reason).inc())
+                auth_middleware(
+                    authenticator,
+                    jwt=jwt,
+                    certs=CertIdentities(config.auth.client_cert_rules),
+                    on_failure=lambda f: failures.labels(f.reason).inc(),
+                )
             )
             middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
         else:
