@@ -85,6 +85,8 @@ class RunningNode:
     tls: ServerTls | None = None
     #: The admin API's own listener (--admin-bind), or None when the main port serves it.
     admin_url: str | None = None
+    #: The admin listener's HTTPS: ``tls`` itself (the same files), its own (--admin-tls-cert-file), or None.
+    admin_tls: ServerTls | None = None
 
 
 #: Connections the kernel queues before we accept them (a burst of clients connecting at once).
@@ -123,6 +125,12 @@ async def run_node(
         ServerTls(TlsFiles(http.tls_cert_file, http.tls_key_file, http.tls_client_ca_file))
         if http.tls_cert_file
         else None
+    )
+    auth = config.auth
+    admin_tls = (
+        ServerTls(TlsFiles(auth.admin_tls_cert_file, auth.admin_tls_key_file, auth.admin_tls_client_ca_file))
+        if auth.admin_tls_cert_file
+        else tls
     )
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
@@ -289,7 +297,9 @@ async def run_node(
         add_limit_routes(admin, shared.tenant_limits)
         app.on_response_prepare.append(add_rate_headers)
         add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh, limiter=shared.limiter)
-        admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
+        admin_url = None
+        if admin is not app:
+            admin_url = await _serve_admin(stack, admin, config.auth.admin_addr, admin_tls)
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
@@ -317,6 +327,7 @@ async def run_node(
             mesh=mesh,
             tls=tls,
             admin_url=admin_url,
+            admin_tls=admin_tls if admin_url is not None else None,
         )
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
@@ -340,19 +351,22 @@ def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
     log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
 
 
-async def _serve_admin(stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None) -> str:
-    """Serve the admin application on ``addr`` until the stack unwinds; returns its URL (plain HTTP: an
-    operator network, like the mesh's)."""
+async def _serve_admin(
+    stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None, tls: ServerTls | None
+) -> str:
+    """Serve the admin application on ``addr`` until the stack unwinds; returns its URL. HTTPS with ``tls``
+    (its live context: a reload reaches new handshakes), else plain HTTP (an operator network)."""
     assert addr is not None
     runner = web.AppRunner(admin, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
-    site = web.TCPSite(runner, addr[0], addr[1])
+    site = web.TCPSite(runner, addr[0], addr[1], ssl_context=tls.context if tls is not None else None)
     await site.start()
     port = int(runner.addresses[0][1])
     host = addr[0] if ":" not in addr[0] else f"[{addr[0]}]"
-    log.info("admin API on http://%s:%d", host, port)
-    return f"http://{host}:{port}"
+    url = f"{'https' if tls is not None else 'http'}://{host}:{port}"
+    log.info("admin API on %s", url)
+    return url
 
 
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:

@@ -56,6 +56,18 @@ class AuthConfig:
             "then does not serve it. Empty: on the main port. Admin keys are required on both"
         },
     )
+    admin_tls_cert_file: str = field(
+        default="",
+        metadata={
+            "help": "PEM certificate (chain) of the --admin-bind listener (with --admin-tls-key-file); re-read on "
+            "SIGHUP. Empty: it serves the main listener's HTTPS (--tls-cert-file), or plain HTTP without one"
+        },
+    )
+    admin_tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM key of --admin-tls-cert-file"})
+    admin_tls_client_ca_file: str = field(
+        default="",
+        metadata={"help": "PEM CA: admin clients must present a certificate it signed (with --admin-tls-cert-file)"},
+    )
     keys_file: str = field(
         default="",
         metadata={
@@ -105,6 +117,12 @@ class AuthConfig:
             host, _, port = self.admin_bind.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"admin_bind: expected host:port, got {self.admin_bind!r}")
+        if bool(self.admin_tls_cert_file) != bool(self.admin_tls_key_file):
+            raise ValueError("admin_tls_cert_file and admin_tls_key_file go together")
+        if self.admin_tls_cert_file and not self.admin_bind:
+            raise ValueError("admin_tls_cert_file: only for the admin API's own listener (admin_bind)")
+        if self.admin_tls_client_ca_file and not self.admin_tls_cert_file:
+            raise ValueError("admin_tls_client_ca_file needs admin_tls_cert_file and admin_tls_key_file")
         bad = [a for a in self.jwt_algorithms if a not in KEY_TYPES]
         if bad:
             raise ValueError(
