@@ -233,7 +233,12 @@ async def run_node(
             if not any(m.answers_to(name) for m in models):
                 log.warning("--model-policy names %r, which is not a served model: ignored", name)
         telemetry = config.telemetry
-        metrics = NodeMetrics(pool, multiproc_dir=telemetry.metrics_dir, process_index=config.cluster.process_index)
+        metrics = NodeMetrics(
+            pool,
+            multiproc_dir=telemetry.metrics_dir,
+            process_index=config.cluster.process_index,
+            max_tenants=telemetry.metrics_max_tenants,
+        )
         if telemetry.metrics_dir:
             supervisor.spawn(metrics.run_snapshots(), name="metrics-snapshots")
         tracing = None
