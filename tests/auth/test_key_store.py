@@ -4,18 +4,27 @@ starts empty, and a revoked key never brought back by a stale copy."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from mesh.state import ClusterState
+from node.app import run_node
 from node.auth.authenticator import ApiKeyAuthenticator, AuthFailure
+from node.auth.config import AuthConfig
 from node.auth.identity import Identity
+from node.auth.keys import new_key
 from node.cluster.api_keys import ApiKeyTable
 from node.cluster.key_store import DurableKeys, stored
+from node.sim.worker import SimWorker
 from storage.errors import StorageError
 from storage.keys import FileKeyStore
+from tests.http.conftest import fast_sim, node_config
 
 
 def _node(name: str, now: list[float]) -> tuple[ClusterState, ApiKeyTable]:
@@ -102,3 +111,50 @@ async def test_a_key_is_not_created_while_its_store_is_unwritable(tmp_path: Path
     with pytest.raises(StorageError):
         await keys.create(tenant="acme", role="user")
     assert table.records() == []
+
+
+async def test_the_admin_api_while_the_key_store_is_unwritable(llama3_model_dir: Path, tmp_path: Path) -> None:
+    """A key is created only once stored (503 and no key while the store fails); a revocation bites at once
+    even then (503 says it is not yet stored), and reaches the store when it is writable again."""
+    state_dir = tmp_path / "state"
+    state_dir.write_text("")  # a file where the keys file's directory should be: every write fails
+    admin, _ = new_key()
+    auth = {"Authorization": f"Bearer {admin}"}
+    async with contextlib.AsyncExitStack() as stack:
+        sim = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
+        config = dataclasses.replace(
+            node_config(llama3_model_dir, [sim.port]),
+            auth=AuthConfig(auth_bootstrap_key=admin, keys_file=str(state_dir / "keys.json")),
+        )
+        node = await stack.enter_async_context(run_node(config))
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        body = {"tenant": "acme", "role": "user"}
+        async with session.post(node.url + "/admin/keys", json=body, headers=auth) as r:
+            assert r.status == 503 and (await r.json())["error"]["code"] == "key_store_unavailable"
+        async with session.get(node.url + "/admin/keys", headers=auth) as r:
+            assert (await r.json())["data"] == []
+
+        state_dir.unlink()
+        state_dir.mkdir()
+        async with session.post(node.url + "/admin/keys", json=body, headers=auth) as r:
+            assert r.status == 201
+            made = await r.json()
+        assert _revoked_in(state_dir / "keys.json") == {made["id"]: False}
+
+        state_dir.rename(tmp_path / "moved")
+        state_dir.write_text("")
+        async with session.delete(f"{node.url}/admin/keys/{made['id']}", headers=auth) as r:
+            assert r.status == 503
+        async with session.get(node.url + "/v1/models", headers={"Authorization": f"Bearer {made['key']}"}) as r:
+            assert r.status == 401  # revoked all the same
+        state_dir.unlink()
+        (tmp_path / "moved").rename(state_dir)
+        for _ in range(100):  # the background writer retries every RETRY_S
+            if _revoked_in(state_dir / "keys.json") == {made["id"]: True}:
+                break
+            await asyncio.sleep(0.1)
+        assert _revoked_in(state_dir / "keys.json") == {made["id"]: True}
+
+
+def _revoked_in(path: Path) -> dict[str, bool]:
+    return {k["id"]: k["revoked_at"] > 0 for k in json.loads(path.read_text())["keys"]}
