@@ -541,8 +541,10 @@ class NodeConfig:
         admin = self.auth.admin_addr
         if admin is not None:
             self.auth.enforced(admin[0])
-        if self.auth.client_cert_identity and not self.http.tls_client_ca_file:
-            raise ValueError("client_cert_identity needs mutual TLS: --tls-client-ca-file (with HTTPS)")
+        if self.auth.client_cert_identity and not (self.http.tls_client_ca_file or self.auth.admin_tls_client_ca_file):
+            raise ValueError(
+                "client_cert_identity needs mutual TLS: --tls-client-ca-file or --admin-tls-client-ca-file"
+            )
         if self.auth.keys_file and self.storage.backend != "memory":
             raise ValueError(
                 f"keys_file: the API keys are kept in the {self.storage.backend} history backend; "
