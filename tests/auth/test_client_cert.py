@@ -99,3 +99,8 @@ async def test_a_verified_client_certificate_is_an_identity(llama3_model_dir: Pa
             url = f"{node.url}/v1/responses/{made['id']}"
             assert (await client.get(url, headers={"Authorization": f"Bearer {other}"})).status_code == 404
             assert (await client.get(url, headers={"Authorization": f"Bearer {mine}"})).status_code == 200
+
+
+def test_certificate_identities_need_mutual_tls(llama3_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="mutual TLS"):
+        dataclasses.replace(node_config(llama3_model_dir, []), auth=AuthConfig(client_cert_identity=RULES))

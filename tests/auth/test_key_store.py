@@ -22,6 +22,7 @@ from node.auth.keys import new_key
 from node.cluster.api_keys import ApiKeyTable
 from node.cluster.key_store import DurableKeys, stored
 from node.sim.worker import SimWorker
+from storage.config import StorageConfig
 from storage.errors import StorageError
 from storage.keys import FileKeyStore
 from tests.http.conftest import fast_sim, node_config
@@ -158,3 +159,12 @@ async def test_the_admin_api_while_the_key_store_is_unwritable(llama3_model_dir:
 
 def _revoked_in(path: Path) -> dict[str, bool]:
     return {k["id"]: k["revoked_at"] > 0 for k in json.loads(path.read_text())["keys"]}
+
+
+def test_a_keys_file_is_for_the_memory_backend_only(llama3_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="kept in the postgres history backend"):
+        dataclasses.replace(
+            node_config(llama3_model_dir, []),
+            storage=StorageConfig(backend="postgres"),
+            auth=AuthConfig(keys_file="/tmp/keys.json"),
+        )
