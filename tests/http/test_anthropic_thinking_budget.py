@@ -26,9 +26,11 @@ MEAN_TOKENS = 2400
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def client(qwen_model_dir: Path) -> AsyncIterator[AsyncAnthropic]:
-    async with start_cluster(qwen_model_dir, workers=1, eos_after_tokens=MEAN_TOKENS, tpot_ms=0.02) as c:
-        async with AsyncAnthropic(base_url=c.node.url, api_key="unused", max_retries=0, timeout=60) as anthropic:
-            yield anthropic
+    async with (
+        start_cluster(qwen_model_dir, workers=1, eos_after_tokens=MEAN_TOKENS, tpot_ms=0.02) as c,
+        AsyncAnthropic(base_url=c.node.url, api_key="unused", max_retries=0, timeout=60) as anthropic,
+    ):
+        yield anthropic
 
 
 async def ask(client: AsyncAnthropic, *, stream: bool, **kw: Any) -> Message:
