@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 from node.errors import GatewayError, NoHealthyWorker, WorkerFailed
 from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel, load_served_model
-from node.workers.types import WorkerRequest
-from tests.http.test_agentic import QWEN_CALL, QWEN_THOUGHT, Edge, _reply, qwen_answer, serve
+from tests.http.test_agentic import QWEN_CALL, QWEN_THOUGHT, Edge, qwen_answer, serve, thinking_model
 
 WEATHER = {
     "name": "get_weather",
@@ -223,18 +222,6 @@ async def test_stop_sequences_and_max_tokens(q: tuple[Edge, AsyncAnthropic]) -> 
 
     m = await client.messages.create(model="qwen", max_tokens=3, messages=ASK)
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 3
-
-
-def thinking_model(edge: Edge, body: str, thought: str) -> Callable[[WorkerRequest], Sequence[Sequence[int]]]:
-    """A Qwen3 that thinks ``thought`` then answers ``body``; asked to go on after a reasoning block the
-    gateway closed (the prompt ends with the family's close ids), it answers ``body`` at once."""
-    close = list(edge.model.parsers.think_close_ids)
-    full, answer = _reply(edge.model, [qwen_answer(body, thought)]), _reply(edge.model, [body])
-
-    def reply(request: WorkerRequest) -> Sequence[Sequence[int]]:
-        return answer(request) if list(request.prompt_ids[-len(close) :]) == close else full(request)
-
-    return reply
 
 
 async def test_thinking_budget_closes_the_block_and_the_model_answers(q: tuple[Edge, AsyncAnthropic]) -> None:
