@@ -1,22 +1,33 @@
-"""The continue step, pure: the continuation's prompt and params, and the Output stage's pause and resume at a
-reasoning budget (no worker, no loop)."""
+"""The continue step: the continuation's prompt and params and the Output stage's pause and resume at a
+reasoning budget (pure), then Dispatch running it against in-memory workers (retry, client disconnect)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from node.pipeline.context import RequestContext
 from node.pipeline.continuation import continuation_spec, room_to_continue
+from node.pipeline.cpu import CpuPool
 from node.pipeline.events import ContentDelta, Event, Finish, ReasoningDelta
 from node.pipeline.output import OutputProcessor
 from node.pipeline.parser_stage import parser_stages
 from node.pipeline.parsers.registry import REASONING_CLOSE, REASONING_PARSERS
 from node.pipeline.parsing import ParserPlan
+from node.pipeline.pipeline import Pipeline
+from node.pipeline.request import ChatPrompt, GenerateRequest, Sampling
 from node.pipeline.served_model import ServedModel, load_served_model
 from node.pipeline.spec import GenerateSpec
-from node.workers.types import SamplingParams, WorkerOutput
+from node.tasks import Supervisor
+from node.workers.client import WorkerUnavailable
+from node.workers.memory import MemoryWorker, Reply, memory_pool
+from node.workers.types import SamplingParams, WorkerOutput, WorkerRequest
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +121,77 @@ def test_no_room_or_many_choices_end_at_the_budget(qwen: ServedModel) -> None:
         Finish(0, "length", None),
         Finish(1, "length", None),
     ]
+
+
+# --- Dispatch: the continue step against in-memory workers ------------------------------------------------
+
+
+def _thinking_reply(model: ServedModel, thought: str, body: str) -> Reply:
+    """A Qwen3 that thinks then answers; after a block the gateway closed, it answers at once."""
+    tok, close = model.tokenizer, list(model.parsers.think_close_ids)
+    end = min(model.eos_token_ids)
+    full = [*tok.encode(f"<think>\n{thought}\n</think>\n\n{body}", add_special_tokens=False), end]
+    answer = [*tok.encode(body, add_special_tokens=False), end]
+    return lambda r: [answer if list(r.prompt_ids[-len(close) :]) == close else full] * r.params.n
+
+
+@dataclass(eq=False)
+class _FailsContinuations(MemoryWorker):
+    """Unreachable for continuations only: the first stream runs, the continue step has to go elsewhere."""
+
+    async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
+        if request.request_id.endswith("-c1"):
+            self.requests.append(request)
+            raise WorkerUnavailable("connection refused")
+        async for out in super().generate(request):
+            yield out
+
+
+def _budgeted(budget: int, max_tokens: int = 200) -> GenerateRequest:
+    prompt = ChatPrompt(messages=[{"role": "user", "content": "Weather?"}])
+    sampling = Sampling(max_tokens=max_tokens)
+    return GenerateRequest(model="qwen", prompts=(prompt,), sampling=sampling, stream=True, reasoning_budget=budget)
+
+
+@contextlib.asynccontextmanager
+async def _pipeline(model: ServedModel, *workers: MemoryWorker) -> AsyncIterator[Pipeline]:
+    cpu = CpuPool(threads=1)
+    try:
+        async with Supervisor() as sup:
+            yield Pipeline(models=[model], pool=memory_pool(workers, supervisor=sup), cpu=cpu, rng=random.Random(7))
+            await asyncio.sleep(0)  # let abort tasks run before the supervisor closes
+    finally:
+        cpu.close()
+
+
+async def test_a_continuation_that_fails_before_its_first_token_is_retried_elsewhere(qwen: ServedModel) -> None:
+    reply = _thinking_reply(qwen, " ".join(["hm"] * 40), "Sunny.")
+    up = MemoryWorker("grpc://up:1", reply=reply, chunk_tokens=4)
+    flaky = _FailsContinuations("grpc://flaky:1", reply=reply, chunk_tokens=4)
+    async with _pipeline(qwen, up, flaky) as pipeline:
+        for rid in ("r1", "r2"):  # round robin: one of the two continuations is sent to the flaky worker first
+            ctx = RequestContext(request_id=rid)
+            run = pipeline.run(await pipeline.prepare(_budgeted(6), qwen, ctx, request_id=rid), ctx)
+            batches = [b async for b in run.events()]
+            events = [e for b in batches for e in b]
+            assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "\n" + " ".join(["hm"] * 5)
+            assert "".join(e.text for e in events if isinstance(e, ContentDelta)).strip() == "Sunny."
+            assert [e for e in events if isinstance(e, Finish)] == [Finish(0, "stop", None)]
+            assert (
+                run.usage.completion_tokens
+                == 1 + 6 + 2 + len(qwen.tokenizer.encode("Sunny.", add_special_tokens=False)) + 1
+            )
+    assert [r.request_id for r in flaky.requests if r.request_id.endswith("-c1")], "a continuation met the fault"
+
+
+async def test_a_client_leaving_during_the_continuation_aborts_it(qwen: ServedModel) -> None:
+    worker = MemoryWorker("grpc://w:1", reply=_thinking_reply(qwen, "a b c d e f", "one two three four five"))
+    ctx = RequestContext(request_id="c")
+    async with _pipeline(qwen, worker) as pipeline:
+        run = pipeline.run(await pipeline.prepare(_budgeted(3), qwen, ctx, request_id="r9"), ctx)
+        async with contextlib.aclosing(run.events()) as events:
+            async for batch in events:
+                if any(isinstance(e, ContentDelta) and e.text.strip() for e in batch):
+                    break  # the continuation's first answer token: the client goes
+    assert [r.request_id for r in worker.requests] == ["r9", "r9-c1"]
+    assert worker.aborted == ["r9", "r9-c1"], "the stream cut at the budget, then the continuation"
