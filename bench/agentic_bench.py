@@ -119,6 +119,7 @@ class Turn:
     ttft_s: float
     latency_s: float
     completion_tokens: int
+    calls: int  # calls in the answer, valid or not
 
 
 @dataclass(slots=True)
@@ -151,6 +152,7 @@ class GatewayRun:
     turns: int
     turns_s: float
     outcomes: dict[str, int]  # turn-1 outcomes
+    parallel_ok: int  # turn-1 answers with two or more calls, all valid
     answers_ok: int  # turn-2 answers that were plain text
     answers: int
     ttft_p50_ms: float
@@ -214,7 +216,7 @@ async def _conversation(session: aiohttp.ClientSession, url: str, model: str, nu
     body = agentic.chat_body(model, messages, agentic.TOOLS, seed=number, max_tokens=MAX_TOKENS)
     answer, ttft, latency = await stream_answer(session, url, body)
     outcome, why = agentic.classify(answer, agentic.TOOLS)
-    result.turns.append(Turn(1, outcome, ttft, latency, answer.completion_tokens))
+    result.turns.append(Turn(1, outcome, ttft, latency, answer.completion_tokens, len(answer.calls)))
     if outcome in (Outcome.CALL_BAD, Outcome.MARKUP_IN_TEXT, Outcome.EMPTY):
         result.note(outcome.value, f"{'; '.join(why)} | {_describe(answer)}")
     if outcome is Outcome.CALL_OK and answer.finish_reason != "tool_calls":
@@ -228,7 +230,7 @@ async def _conversation(session: aiohttp.ClientSession, url: str, model: str, nu
     )
     answer, ttft, latency = await stream_answer(session, url, body)
     outcome, _ = agentic.classify(answer, agentic.TOOLS)
-    result.turns.append(Turn(2, outcome, ttft, latency, answer.completion_tokens))
+    result.turns.append(Turn(2, outcome, ttft, latency, answer.completion_tokens, len(answer.calls)))
     if outcome is not Outcome.TEXT:
         result.note(f"turn2_{outcome.value}", _describe(answer))
 
@@ -465,6 +467,7 @@ def summarize_loop(
         turns=len(loop.turns),
         turns_s=len(loop.turns) / loop.wall_s if loop.wall_s else 0.0,
         outcomes=dict(Counter(t.outcome.value for t in loop.turns if t.turn == 1)),
+        parallel_ok=sum(t.turn == 1 and t.outcome is Outcome.CALL_OK and t.calls > 1 for t in loop.turns),
         answers_ok=sum(t.outcome is Outcome.TEXT for t in second),
         answers=len(second),
         ttft_p50_ms=report.percentile(ttfts, 50) if ttfts else nan,
@@ -551,6 +554,7 @@ def _merged(runs: Sequence[GatewayRun]) -> dict[str, Any]:
     merged: dict[str, Any] = {name: _median([getattr(run, name) for run in runs]) for name in numeric}
     merged["outcomes"] = outcomes
     merged["answers_ok"] = sum(run.answers_ok for run in runs)
+    merged["parallel_ok"] = sum(run.parallel_ok for run in runs)
     merged["answers"] = sum(run.answers for run in runs)
     merged["errors"] = sum(run.errors for run in runs)
     return merged
@@ -577,9 +581,9 @@ def render(config: AgenticConfig, out: Outcomes, command: str, elapsed_s: float)
             for f in config.folders
         ),
         "",
-        "| folder | gateway | turns/s | calls ok / call answers | bad calls | markup in text | text (no call) | "
-        "turn-2 answers ok | TTFT p50 ms | TTFT p99 ms | TTFT turn 1 / 2 p50 ms | gateway CPU ms/turn | "
-        "CPU µs/token prose / call (tokens) | call − prose µs/token | errors |",
+        "| folder | gateway | turns/s | calls ok / call answers (parallel) | bad calls | markup in text | "
+        "text (no call) | turn-2 answers ok | TTFT p50 ms | TTFT p99 ms | TTFT turn 1 / 2 p50 ms | "
+        "gateway CPU ms/turn | CPU µs/token prose / call (tokens) | call − prose µs/token | errors |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -592,7 +596,8 @@ def render(config: AgenticConfig, out: Outcomes, command: str, elapsed_s: float)
             o: Counter[str] = m["outcomes"]
             call_answers = _call_answers(dict(o))
             lines.append(
-                f"| {folder} | {gateway} | {_f(m['turns_s'])} | {o[Outcome.CALL_OK.value]} / {call_answers} | "
+                f"| {folder} | {gateway} | {_f(m['turns_s'])} | {o[Outcome.CALL_OK.value]} / {call_answers} "
+                f"({m['parallel_ok']}) | "
                 f"{o[Outcome.CALL_BAD.value]} | {o[Outcome.MARKUP_IN_TEXT.value]} | {o[Outcome.TEXT.value]} | "
                 f"{m['answers_ok']} / {m['answers']} | {_f(m['ttft_p50_ms'], 2)} | {_f(m['ttft_p99_ms'], 2)} | "
                 f"{_f(m['ttft1_p50_ms'], 2)} / {_f(m['ttft2_p50_ms'], 2)} | {_f(m['cpu_ms_per_turn'], 2)} | "

@@ -25,7 +25,7 @@ def run_quick(out_dir: Path, gateway: str) -> dict[str, Any]:
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
-    assert "| calls ok / call answers |" in done.stdout
+    assert "| calls ok / call answers (parallel) |" in done.stdout
     raw: dict[str, Any] = json.loads((out_dir / "agentic_bench-latest.json").read_text())
     assert raw["failures"] == []
     return raw
