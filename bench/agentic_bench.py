@@ -20,10 +20,12 @@ Per gateway start, after a warm-up:
 2. **Parser proxy** (``--token-duration-s`` each): one fixed prompt offering one ``write_note`` tool whose
    argument is a ``--call-chars``-character string, with thinking off. A calibration pass sorts seeds into
    those the engine answers with a call and those it answers in prose (the same prompt, so the same parser
-   runs in both); then one closed loop over the prose seeds and one over the call seeds. Gateway CPU per
-   output token of each, and their difference, is a proxy for what parsing call markup costs on the stream:
-   honest only as that (the two also differ in event shapes and per-request work), not a parser-only timing
-   (bench/parser_bench.py times smg-node's parsers in process; SMG's are not reachable that way).
+   runs in both); then closed loops over the prose seeds and over the call seeds, alternating in slices.
+   Gateway CPU per output token of each, and their difference, is a proxy for what parsing call markup costs
+   on the stream: honest only as that (the two also differ in event shapes and per-request work), not a
+   parser-only timing (bench/parser_bench.py times smg-node's parsers in process; SMG's are not reachable
+   that way). Per-request work is spread over ~100 tokens here, so the per-token figures sit far above a
+   parser's own cost; the difference is what to read.
 
 The gateway order alternates between repetitions; tables show medians over repetitions (outcome counts are
 summed). The load generator, the worker and the gateway share the machine's cores.
@@ -65,6 +67,8 @@ HEADING = "## Agentic traffic: tool call → tool result → answer, smg-node vs
 SETTLE_TIMEOUT_S = 20.0
 # Seeds tried to find prose and call answers for the parser proxy; a quarter of answers are prose.
 CALIBRATION_SEEDS = 32
+# The parser proxy's prose and call loops alternate in this many slices each.
+PROXY_SLICES = 4
 # Examples of each kind of wrong answer kept for the report.
 KEPT_EXAMPLES = 3
 # Far above any scripted answer: answers end at the engine's EOS, never at the limit.
@@ -334,17 +338,31 @@ async def _token_loop(
 
 
 def _cpu_per_token(
-    service: Service, base_url: str, bodies: list[bytes], config: AgenticConfig
-) -> tuple[float, float, int]:
-    """(gateway CPU µs per output token, mean tokens per answer, errors) of one closed loop over ``bodies``."""
-    before = sample_tree(service.pid).cpu_s
-    answers, tokens, errors = run_async(
-        lambda: _token_loop(base_url, bodies, config.concurrency, config.token_duration_s, config.request_timeout_s)
-    )
-    cpu_s = sample_tree(service.pid).cpu_s - before
-    if not tokens:
-        return float("nan"), 0.0, errors
-    return cpu_s / tokens * 1e6, tokens / answers, errors
+    service: Service, base_url: str, prose: list[bytes], calls: list[bytes], config: AgenticConfig
+) -> tuple[tuple[float, float, int], tuple[float, float, int]]:
+    """(gateway CPU µs per output token, mean tokens per answer, errors) of closed loops over the prose and
+    the call bodies, run in ``PROXY_SLICES`` alternating slices each so drift on a busy machine hits both."""
+    totals = {"prose": [0.0, 0, 0, 0], "calls": [0.0, 0, 0, 0]}  # cpu_s, answers, tokens, errors
+    slice_s = config.token_duration_s / PROXY_SLICES
+    for _ in range(PROXY_SLICES):
+        for kind, bodies in (("prose", prose), ("calls", calls)):
+            before = sample_tree(service.pid).cpu_s
+            answers, tokens, errors = run_async(
+                partial(_token_loop, base_url, bodies, config.concurrency, slice_s, config.request_timeout_s)
+            )
+            total = totals[kind]
+            total[0] += sample_tree(service.pid).cpu_s - before
+            total[1] += answers
+            total[2] += tokens
+            total[3] += errors
+
+    def figures(kind: str) -> tuple[float, float, int]:
+        cpu_s, answers, tokens, errors = totals[kind]
+        if not tokens:
+            return float("nan"), 0.0, int(errors)
+        return cpu_s / tokens * 1e6, tokens / answers, int(errors)
+
+    return figures("prose"), figures("calls")
 
 
 # --- one gateway start ---
@@ -417,12 +435,12 @@ def run_gateway(
         plain = markup = (float("nan"), 0.0, 0)
         if prose and calls:
             launch.wait_idle(service, SETTLE_TIMEOUT_S)
-            plain = _cpu_per_token(
-                service, base_url, [_note_body(model, family, config.call_chars, s) for s in prose], config
-            )
-            launch.wait_idle(service, SETTLE_TIMEOUT_S)
-            markup = _cpu_per_token(
-                service, base_url, [_note_body(model, family, config.call_chars, s) for s in calls], config
+            plain, markup = _cpu_per_token(
+                service,
+                base_url,
+                [_note_body(model, family, config.call_chars, seed) for seed in prose],
+                [_note_body(model, family, config.call_chars, seed) for seed in calls],
+                config,
             )
         else:
             notes.append(f"parser proxy skipped: {len(prose)} prose and {len(calls)} call seeds of {CALIBRATION_SEEDS}")
