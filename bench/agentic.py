@@ -121,6 +121,7 @@ class Answer:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     done: bool = False  # the stream ended with [DONE]
+    events: int = 0  # data events before [DONE]
 
     def feed(self, payload: bytes) -> bool:
         """Add one ``data:`` payload; True when it carried output (content, reasoning or a call fragment).
@@ -131,6 +132,7 @@ class Answer:
         if payload == b"[DONE]":
             self.done = True
             return False
+        self.events += 1
         chunk = msgspec.json.decode(payload)
         if not isinstance(chunk, dict) or "error" in chunk:
             raise ValueError(f"error event {payload[:300]!r}")

@@ -168,6 +168,8 @@ class GatewayRun:
     markup_us_per_token: float
     plain_tokens: float  # mean completion tokens per answer in each proxy loop
     markup_tokens: float
+    plain_events: float  # mean SSE data events per answer in each proxy loop
+    markup_events: float
     errors: int
     examples: dict[str, list[str]]
     notes: list[str]
@@ -311,58 +313,68 @@ async def _calibrate(
     return prose, calls, notes
 
 
+@dataclass(slots=True)
+class ProxyTally:
+    """One kind of answer in the parser proxy, summed over its slices."""
+
+    cpu_s: float = 0.0
+    answers: int = 0
+    tokens: int = 0
+    events: int = 0  # SSE data events: a gateway that streams a call in fragments sends about one per token
+    errors: int = 0
+
+    @property
+    def us_per_token(self) -> float:
+        return self.cpu_s / self.tokens * 1e6 if self.tokens else float("nan")
+
+    @property
+    def tokens_per_answer(self) -> float:
+        return self.tokens / self.answers if self.answers else float("nan")
+
+    @property
+    def events_per_answer(self) -> float:
+        return self.events / self.answers if self.answers else float("nan")
+
+
 async def _token_loop(
-    base_url: str, body_of: list[bytes], concurrency: int, duration_s: float, timeout_s: float
-) -> tuple[int, int, int]:
-    """Closed loop cycling over the request bodies; (answers, completion tokens, errors)."""
+    base_url: str, body_of: list[bytes], concurrency: int, duration_s: float, timeout_s: float, tally: ProxyTally
+) -> None:
+    """Closed loop cycling over the request bodies, counted into ``tally`` (CPU excepted)."""
     url = base_url + "/v1/chat/completions"
     bodies = itertools.cycle(body_of)
     deadline = time.perf_counter() + duration_s
-    answers = tokens = errors = 0
 
     async def user(session: aiohttp.ClientSession) -> None:
-        nonlocal answers, tokens, errors
-        while time.perf_counter() < deadline and errors < 20:
+        while time.perf_counter() < deadline and tally.errors < 20:
             try:
                 answer, _, _ = await stream_answer(session, url, next(bodies))
             except (ValueError, aiohttp.ClientError, TimeoutError):
-                errors += 1
+                tally.errors += 1
                 continue
-            answers += 1
-            tokens += answer.completion_tokens
+            tally.answers += 1
+            tally.tokens += answer.completion_tokens
+            tally.events += answer.events
 
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         await asyncio.wait_for(asyncio.gather(*(user(session) for _ in range(concurrency))), duration_s + 3 * timeout_s)
-    return answers, tokens, errors
 
 
 def _cpu_per_token(
     service: Service, base_url: str, prose: list[bytes], calls: list[bytes], config: AgenticConfig
-) -> tuple[tuple[float, float, int], tuple[float, float, int]]:
-    """(gateway CPU µs per output token, mean tokens per answer, errors) of closed loops over the prose and
-    the call bodies, run in ``PROXY_SLICES`` alternating slices each so drift on a busy machine hits both."""
-    totals = {"prose": [0.0, 0, 0, 0], "calls": [0.0, 0, 0, 0]}  # cpu_s, answers, tokens, errors
+) -> tuple[ProxyTally, ProxyTally]:
+    """Closed loops over the prose and the call bodies, run in ``PROXY_SLICES`` alternating slices each so
+    drift on a busy machine hits both, with the gateway's CPU over each."""
+    tallies = (ProxyTally(), ProxyTally())
     slice_s = config.token_duration_s / PROXY_SLICES
     for _ in range(PROXY_SLICES):
-        for kind, bodies in (("prose", prose), ("calls", calls)):
+        for tally, bodies in zip(tallies, (prose, calls), strict=True):
             before = sample_tree(service.pid).cpu_s
-            answers, tokens, errors = run_async(
-                partial(_token_loop, base_url, bodies, config.concurrency, slice_s, config.request_timeout_s)
+            run_async(
+                partial(_token_loop, base_url, bodies, config.concurrency, slice_s, config.request_timeout_s, tally)
             )
-            total = totals[kind]
-            total[0] += sample_tree(service.pid).cpu_s - before
-            total[1] += answers
-            total[2] += tokens
-            total[3] += errors
-
-    def figures(kind: str) -> tuple[float, float, int]:
-        cpu_s, answers, tokens, errors = totals[kind]
-        if not tokens:
-            return float("nan"), 0.0, int(errors)
-        return cpu_s / tokens * 1e6, tokens / answers, int(errors)
-
-    return figures("prose"), figures("calls")
+            tally.cpu_s += sample_tree(service.pid).cpu_s - before
+    return tallies
 
 
 # --- one gateway start ---
@@ -432,7 +444,7 @@ def run_gateway(
         prose, calls, notes = run_async(
             lambda: _calibrate(base_url, model, family, config.call_chars, config.request_timeout_s)
         )
-        plain = markup = (float("nan"), 0.0, 0)
+        plain = markup = ProxyTally()
         if prose and calls:
             launch.wait_idle(service, SETTLE_TIMEOUT_S)
             plain, markup = _cpu_per_token(
@@ -469,8 +481,8 @@ def summarize_loop(
     repetition: int,
     loop: LoopResult,
     cpu_s: float,
-    plain: tuple[float, float, int],
-    markup: tuple[float, float, int],
+    plain: ProxyTally,
+    markup: ProxyTally,
     notes: list[str],
 ) -> GatewayRun:
     ttfts = [t.ttft_s * 1e3 for t in loop.turns]
@@ -493,11 +505,13 @@ def summarize_loop(
         ttft1_p50_ms=report.percentile(first, 50) if first else nan,
         ttft2_p50_ms=report.percentile([t.ttft_s * 1e3 for t in second], 50) if second else nan,
         cpu_ms_per_turn=cpu_s / len(loop.turns) * 1e3 if loop.turns else nan,
-        plain_us_per_token=plain[0],
-        markup_us_per_token=markup[0],
-        plain_tokens=plain[1],
-        markup_tokens=markup[1],
-        errors=loop.error_count + plain[2] + markup[2],
+        plain_us_per_token=plain.us_per_token,
+        markup_us_per_token=markup.us_per_token,
+        plain_tokens=plain.tokens_per_answer,
+        markup_tokens=markup.tokens_per_answer,
+        plain_events=plain.events_per_answer,
+        markup_events=markup.events_per_answer,
+        errors=loop.error_count + plain.errors + markup.errors,
         examples=loop.examples | ({"errors": loop.errors} if loop.errors else {}),
         notes=notes,
     )
@@ -568,6 +582,8 @@ def _merged(runs: Sequence[GatewayRun]) -> dict[str, Any]:
         "markup_us_per_token",
         "plain_tokens",
         "markup_tokens",
+        "plain_events",
+        "markup_events",
     )
     merged: dict[str, Any] = {name: _median([getattr(run, name) for run in runs]) for name in numeric}
     merged["outcomes"] = outcomes
@@ -601,7 +617,7 @@ def render(config: AgenticConfig, out: Outcomes, command: str, elapsed_s: float)
         "",
         "| folder | gateway | turns/s | calls ok / call answers (parallel) | bad calls | markup in text | "
         "text (no call) | turn-2 answers ok | TTFT p50 ms | TTFT p99 ms | TTFT turn 1 / 2 p50 ms | "
-        "gateway CPU ms/turn | CPU µs/token prose / call (tokens) | call − prose µs/token | errors |",
+        "gateway CPU ms/turn | CPU µs/token prose / call (tokens; SSE events) | call − prose µs/token | errors |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -620,7 +636,8 @@ def render(config: AgenticConfig, out: Outcomes, command: str, elapsed_s: float)
                 f"{m['answers_ok']} / {m['answers']} | {_f(m['ttft_p50_ms'], 2)} | {_f(m['ttft_p99_ms'], 2)} | "
                 f"{_f(m['ttft1_p50_ms'], 2)} / {_f(m['ttft2_p50_ms'], 2)} | {_f(m['cpu_ms_per_turn'], 2)} | "
                 f"{_f(m['plain_us_per_token'])} / {_f(m['markup_us_per_token'])} "
-                f"({_f(m['plain_tokens'], 0)} / {_f(m['markup_tokens'], 0)}) | "
+                f"({_f(m['plain_tokens'], 0)} / {_f(m['markup_tokens'], 0)}; "
+                f"{_f(m['plain_events'], 0)} / {_f(m['markup_events'], 0)}) | "
                 f"{_f(m['markup_us_per_token'] - m['plain_us_per_token'])} | {m['errors']} |"
             )
     pairs = [f for f in config.folders if (f, report.NODE) in merged and (f, report.SMG) in merged]
