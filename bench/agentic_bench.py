@@ -25,7 +25,8 @@ Per gateway start, after a warm-up:
    on the stream: honest only as that (the two also differ in event shapes and per-request work), not a
    parser-only timing (bench/parser_bench.py times smg-node's parsers in process; SMG's are not reachable
    that way). Per-request work is spread over ~100 tokens here, so the per-token figures sit far above a
-   parser's own cost; the difference is what to read.
+   parser's own cost; the difference is what to read. A family that thinks gets a third loop, thinking on:
+   seeds answered with a reasoning run then prose (~twice as long), through its reasoning parser.
 
 The gateway order alternates between repetitions; tables show medians over repetitions (outcome counts are
 summed). The load generator, the worker and the gateway share the machine's cores.
@@ -170,6 +171,9 @@ class GatewayRun:
     markup_tokens: float
     plain_events: float  # mean SSE data events per answer in each proxy loop
     markup_events: float
+    thinking_us_per_token: float  # reasoning then prose, thinking on (NaN: the family does not think)
+    thinking_tokens: float
+    thinking_events: float
     errors: int
     examples: dict[str, list[str]]
     notes: list[str]
@@ -273,7 +277,7 @@ async def _one_conversation(base_url: str, model: str, result: LoopResult) -> No
 # --- the parser proxy ---
 
 
-def _note_body(model: str, family: Family, call_chars: int, seed: int) -> bytes:
+def _note_body(model: str, family: Family, call_chars: int, seed: int, *, thinking: bool = False) -> bytes:
     messages = [
         {"role": "system", "content": agentic.SYSTEM_PROMPT},
         {"role": "user", "content": "Write a note about this week's weather."},
@@ -284,15 +288,16 @@ def _note_body(model: str, family: Family, call_chars: int, seed: int) -> bytes:
         [agentic.note_tool(call_chars)],
         seed=seed,
         max_tokens=MAX_TOKENS,
-        thinking=False if family.thinks else None,
+        thinking=thinking if family.thinks else None,
     )
 
 
 async def _calibrate(
-    base_url: str, model: str, family: Family, call_chars: int, timeout_s: float
+    base_url: str, model: str, family: Family, call_chars: int, timeout_s: float, *, thinking: bool = False
 ) -> tuple[list[int], list[int], list[str]]:
     """Seeds answered in prose and seeds answered with a valid call, for the fixed note prompt; and notes on
-    answers that were neither (reasoning where thinking was off, a bad call, markup left in the text)."""
+    answers that were neither (reasoning where thinking was off or none where it was on, a bad call, markup
+    left in the text)."""
     url = base_url + "/v1/chat/completions"
     tools = [agentic.note_tool(call_chars)]
     prose: list[int] = []
@@ -300,10 +305,11 @@ async def _calibrate(
     notes: list[str] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         for seed in range(CALIBRATION_SEEDS):
-            answer, _, _ = await stream_answer(session, url, _note_body(model, family, call_chars, seed))
+            body = _note_body(model, family, call_chars, seed, thinking=thinking)
+            answer, _, _ = await stream_answer(session, url, body)
             outcome, why = agentic.classify(answer, tools)
-            if answer.reasoning and len(notes) < KEPT_EXAMPLES:
-                notes.append(f"seed {seed}: reasoning with thinking off: {answer.reasoning[:120]!r}")
+            if bool(answer.reasoning) != thinking and len(notes) < KEPT_EXAMPLES:
+                notes.append(f"seed {seed}: thinking {thinking}, reasoning_content {answer.reasoning[:120]!r}")
             if outcome is Outcome.TEXT:
                 prose.append(seed)
             elif outcome is Outcome.CALL_OK:
@@ -361,14 +367,15 @@ async def _token_loop(
 
 
 def _cpu_per_token(
-    service: Service, base_url: str, prose: list[bytes], calls: list[bytes], config: AgenticConfig
-) -> tuple[ProxyTally, ProxyTally]:
-    """Closed loops over the prose and the call bodies, run in ``PROXY_SLICES`` alternating slices each so
-    drift on a busy machine hits both, with the gateway's CPU over each."""
-    tallies = (ProxyTally(), ProxyTally())
+    service: Service, base_url: str, kinds: Sequence[list[bytes]], config: AgenticConfig
+) -> list[ProxyTally]:
+    """Closed loops over each kind of bodies (prose, calls, and thinking for a family that thinks), run in
+    ``PROXY_SLICES`` alternating slices each so drift on a busy machine hits all, with the gateway's CPU over
+    each."""
+    tallies = [ProxyTally() for _ in kinds]
     slice_s = config.token_duration_s / PROXY_SLICES
     for _ in range(PROXY_SLICES):
-        for tally, bodies in zip(tallies, (prose, calls), strict=True):
+        for tally, bodies in zip(tallies, kinds, strict=True):
             before = sample_tree(service.pid).cpu_s
             run_async(
                 partial(_token_loop, base_url, bodies, config.concurrency, slice_s, config.request_timeout_s, tally)
@@ -444,21 +451,27 @@ def run_gateway(
         prose, calls, notes = run_async(
             lambda: _calibrate(base_url, model, family, config.call_chars, config.request_timeout_s)
         )
-        plain = markup = ProxyTally()
+        thought: list[int] = []  # seeds answered with reasoning and prose, thinking on
+        if family.thinks:
+            thought, _, more = run_async(
+                partial(_calibrate, base_url, model, family, config.call_chars, config.request_timeout_s, thinking=True)
+            )
+            notes += more
+        plain = markup = thinking = ProxyTally()
         if prose and calls:
             launch.wait_idle(service, SETTLE_TIMEOUT_S)
-            plain, markup = _cpu_per_token(
-                service,
-                base_url,
-                [_note_body(model, family, config.call_chars, seed) for seed in prose],
-                [_note_body(model, family, config.call_chars, seed) for seed in calls],
-                config,
-            )
+            kinds = [
+                [_note_body(model, family, config.call_chars, seed, thinking=think) for seed in seeds]
+                for seeds, think in ((prose, False), (calls, False), (thought, True))
+                if seeds
+            ]
+            plain, markup, *rest = _cpu_per_token(service, base_url, kinds, config)
+            thinking = rest[0] if rest else thinking
         else:
             notes.append(f"parser proxy skipped: {len(prose)} prose and {len(calls)} call seeds of {CALIBRATION_SEEDS}")
         if not service.alive():
             raise LaunchError(f"{gateway} died:\n{service.log_tail()}")
-    run = summarize_loop(folder, gateway, repetition, loop, cpu_s, plain, markup, notes)
+    run = summarize_loop(folder, gateway, repetition, loop, cpu_s, (plain, markup, thinking), notes)
     _log(
         f"{folder} rep {repetition} {gateway:8} {run.turns_s:6.1f} turns/s  calls ok "
         f"{run.outcomes.get(Outcome.CALL_OK.value, 0)}/{_call_answers(run.outcomes)}  text "
@@ -481,10 +494,10 @@ def summarize_loop(
     repetition: int,
     loop: LoopResult,
     cpu_s: float,
-    plain: ProxyTally,
-    markup: ProxyTally,
+    proxy: tuple[ProxyTally, ProxyTally, ProxyTally],
     notes: list[str],
 ) -> GatewayRun:
+    plain, markup, thinking = proxy
     ttfts = [t.ttft_s * 1e3 for t in loop.turns]
     first = [t.ttft_s * 1e3 for t in loop.turns if t.turn == 1]
     second = [t for t in loop.turns if t.turn == 2]
@@ -511,7 +524,10 @@ def summarize_loop(
         markup_tokens=markup.tokens_per_answer,
         plain_events=plain.events_per_answer,
         markup_events=markup.events_per_answer,
-        errors=loop.error_count + plain.errors + markup.errors,
+        thinking_us_per_token=thinking.us_per_token,
+        thinking_tokens=thinking.tokens_per_answer,
+        thinking_events=thinking.events_per_answer,
+        errors=loop.error_count + plain.errors + markup.errors + thinking.errors,
         examples=loop.examples | ({"errors": loop.errors} if loop.errors else {}),
         notes=notes,
     )
@@ -584,6 +600,9 @@ def _merged(runs: Sequence[GatewayRun]) -> dict[str, Any]:
         "markup_tokens",
         "plain_events",
         "markup_events",
+        "thinking_us_per_token",
+        "thinking_tokens",
+        "thinking_events",
     )
     merged: dict[str, Any] = {name: _median([getattr(run, name) for run in runs]) for name in numeric}
     merged["outcomes"] = outcomes
@@ -617,8 +636,15 @@ def render(config: AgenticConfig, out: Outcomes, command: str, elapsed_s: float)
         "",
         "| folder | gateway | turns/s | calls ok / call answers (parallel) | bad calls | markup in text | "
         "text (no call) | turn-2 answers ok | TTFT p50 ms | TTFT p99 ms | TTFT turn 1 / 2 p50 ms | "
-        "gateway CPU ms/turn | CPU µs/token prose / call (tokens; SSE events) | call − prose µs/token | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "gateway CPU ms/turn | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    proxy = [
+        "",
+        "Parser proxy: gateway CPU µs per output token (mean tokens; SSE events per answer):",
+        "",
+        "| folder | gateway | prose | call | call − prose | thinking + prose (thinking on) |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for folder in config.folders:
@@ -635,27 +661,36 @@ def render(config: AgenticConfig, out: Outcomes, command: str, elapsed_s: float)
                 f"{o[Outcome.CALL_BAD.value]} | {o[Outcome.MARKUP_IN_TEXT.value]} | {o[Outcome.TEXT.value]} | "
                 f"{m['answers_ok']} / {m['answers']} | {_f(m['ttft_p50_ms'], 2)} | {_f(m['ttft_p99_ms'], 2)} | "
                 f"{_f(m['ttft1_p50_ms'], 2)} / {_f(m['ttft2_p50_ms'], 2)} | {_f(m['cpu_ms_per_turn'], 2)} | "
-                f"{_f(m['plain_us_per_token'])} / {_f(m['markup_us_per_token'])} "
-                f"({_f(m['plain_tokens'], 0)} / {_f(m['markup_tokens'], 0)}; "
-                f"{_f(m['plain_events'], 0)} / {_f(m['markup_events'], 0)}) | "
-                f"{_f(m['markup_us_per_token'] - m['plain_us_per_token'])} | {m['errors']} |"
+                f"{m['errors']} |"
             )
+            cells = [
+                f"{_f(m[f'{kind}_us_per_token'])} ({_f(m[f'{kind}_tokens'], 0)}; {_f(m[f'{kind}_events'], 0)})"
+                for kind in ("plain", "markup", "thinking")
+            ]
+            difference = _f(m["markup_us_per_token"] - m["plain_us_per_token"])
+            proxy.append(f"| {folder} | {gateway} | {cells[0]} | {cells[1]} | {difference} | {cells[2]} |")
+    lines += proxy
     pairs = [f for f in config.folders if (f, report.NODE) in merged and (f, report.SMG) in merged]
     if pairs:
         lines += [
             "",
             "smg-node / SMG:",
             "",
-            "| folder | turns/s | TTFT p50 | gateway CPU per turn | CPU per token, prose | CPU per token, call |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| folder | turns/s | TTFT p50 | gateway CPU per turn | CPU per token: prose | call | thinking |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
+        keys = (
+            "turns_s",
+            "ttft_p50_ms",
+            "cpu_ms_per_turn",
+            "plain_us_per_token",
+            "markup_us_per_token",
+            "thinking_us_per_token",
+        )
         for folder in pairs:
             n, s = merged[(folder, report.NODE)], merged[(folder, report.SMG)]
-            cells = [
-                report.ratio(n[k], s[k])
-                for k in ("turns_s", "ttft_p50_ms", "cpu_ms_per_turn", "plain_us_per_token", "markup_us_per_token")
-            ]
-            lines.append(f"| {folder} | " + " | ".join(f"{_f(c, 2)}×" for c in cells) + " |")
+            ratios = [report.ratio(n[k], s[k]) for k in keys]
+            lines.append(f"| {folder} | " + " | ".join(f"{_f(c, 2)}×" for c in ratios) + " |")
     findings = [
         f"- {run.folder} / {run.gateway} (rep {run.repetition}) {kind}: {example}"
         for run in out.runs

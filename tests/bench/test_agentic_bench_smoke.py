@@ -26,6 +26,7 @@ def run_quick(out_dir: Path, gateway: str) -> dict[str, Any]:
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert "| calls ok / call answers (parallel) |" in done.stdout
+    assert "| thinking + prose (thinking on) |" in done.stdout
     raw: dict[str, Any] = json.loads((out_dir / "agentic_bench-latest.json").read_text())
     assert raw["failures"] == []
     return raw
@@ -46,6 +47,10 @@ def assert_agent_loop_works(raw: dict[str, Any], gateway: str) -> None:
     # The parser proxy found prose and call answers for the same prompt and timed both.
     assert math.isfinite(run["plain_us_per_token"]) and run["plain_us_per_token"] > 0, run["notes"]
     assert math.isfinite(run["markup_us_per_token"]) and run["markup_us_per_token"] > 0, run["notes"]
+    # Qwen thinks: with thinking on, answers are a reasoning run then prose, longer than the prose alone.
+    assert math.isfinite(run["thinking_us_per_token"]) and run["thinking_us_per_token"] > 0, run["notes"]
+    assert run["thinking_tokens"] > run["plain_tokens"]
+    assert run["notes"] == [], run["notes"]
 
 
 def test_smoke_smg_node(tmp_path: Path) -> None:
