@@ -690,7 +690,7 @@ def render(config: AgenticConfig, out: Outcomes, command: str, elapsed_s: float)
         for folder in pairs:
             n, s = merged[(folder, report.NODE)], merged[(folder, report.SMG)]
             ratios = [report.ratio(n[k], s[k]) for k in keys]
-            lines.append(f"| {folder} | " + " | ".join(f"{_f(c, 2)}×" for c in ratios) + " |")
+            lines.append(f"| {folder} | " + " | ".join(f"{_f(c, 2)}×" if c == c else "–" for c in ratios) + " |")
     findings = [
         f"- {run.folder} / {run.gateway} (rep {run.repetition}) {kind}: {example}"
         for run in out.runs
