@@ -167,6 +167,7 @@ async def run_node(
                 VllmGrpcClient,
                 generate_transport=config.workers.generate_transport,
                 channel=ChannelConfig.from_pool(config.workers),
+                policy=config.workers.network_policy,
             ),
             policies=policy_for,
             policy_name=routing.policy,
