@@ -290,8 +290,8 @@ class WorkerPoolConfig:
     worker_allowed_networks: tuple[str, ...] = field(
         default=(),
         metadata={
-            "help": "CIDRs worker IP addresses must lie in (default: anywhere but link-local/metadata ranges, "
-            "which only a network listed here inside them opens)",
+            "help": "CIDRs worker IP addresses, and every address a worker's name resolves to, must lie in "
+            "(default: anywhere but link-local/metadata ranges, which only a network listed here inside them opens)",
             "metavar": "CIDR",
         },
     )
