@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from mesh import Mesh
 from node.cluster.state import SharedState
+from node.config import DEFAULT_METRICS_MAX_TENANTS
 from node.http.connections import CLOSE_REASONS, ConnectionGate
 from node.pipeline.events import Usage
 from node.pipeline.tokenizer import Tokenizer
@@ -231,6 +232,8 @@ TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(7) for m in (1, 2, 5))
 #: churning through many short-lived workers) are counted under "other", so the series count stays bounded.
 MAX_WORKER_LABELS = 256
 OTHER_WORKER = "other"
+#: The tenant label of tenants past --metrics-max-tenants: tenants cannot contain ':', so no tenant is named so.
+OTHER_TENANT = ":other"
 
 
 class _BoundedLabel:
@@ -347,7 +350,14 @@ class NodeMetrics:
     must then call ``snapshot()`` every SNAPSHOT_INTERVAL_S (``run_snapshots``).
     """
 
-    def __init__(self, pool: WorkerPool, *, multiproc_dir: str = "", process_index: int = 0) -> None:
+    def __init__(
+        self,
+        pool: WorkerPool,
+        *,
+        multiproc_dir: str = "",
+        process_index: int = 0,
+        max_tenants: int = DEFAULT_METRICS_MAX_TENANTS,
+    ) -> None:
         self.registry = CollectorRegistry()
         self._multiproc_dir = multiproc_dir
         self._process_index = process_index
@@ -424,6 +434,21 @@ class NodeMetrics:
         self._worker_label = _BoundedLabel(MAX_WORKER_LABELS, OTHER_WORKER)
         self.tally = RequestTally()  # this process's totals, for the status page
         self._series: dict[tuple[str, str, int, str], _Series] = {}
+        # Per tenant, bounded: the first ``max_tenants`` tenants keep their name (a key's tenant is chosen by an
+        # admin, but a trusted X-SMG-Tenant header or a JWT claim is not, so the label must not grow unbounded).
+        self._tenant_label = _BoundedLabel(max_tenants, OTHER_TENANT) if max_tenants else None
+        self.tenant_requests = Counter(
+            "smg_node_tenant_requests",
+            "HTTP requests by tenant and status (tenants past --metrics-max-tenants as ':other').",
+            ["tenant", "status"],
+            registry=self.registry,
+        )
+        self.tenant_tokens = Counter(
+            "smg_node_tenant_tokens",
+            "Tokens of requests by tenant and kind (prompt, completion; tenants past the bound as ':other').",
+            ["tenant", "kind"],
+            registry=self.registry,
+        )
         self.auth_failures = Counter(
             "smg_node_auth_failures",
             "Requests refused 401, by reason (missing, malformed, unknown, revoked, expired).",
@@ -466,6 +491,8 @@ class NodeMetrics:
                 self._series[key] = series
         series.requests.inc()
         series.duration.observe(duration_s)
+        if rec.tenant and self._tenant_label is not None:
+            self._observe_tenant(self._tenant_label(rec.tenant), status, rec)
         if not worker:
             return
         series.worker_requests.inc()
@@ -478,6 +505,13 @@ class NodeMetrics:
         if rec.prompt_tokens or rec.completion_tokens:
             series.prompt_tokens.observe(rec.prompt_tokens)
             series.generation_tokens.observe(rec.completion_tokens)
+
+    def _observe_tenant(self, tenant: str, status: int, rec: record.RequestRecord) -> None:
+        self.tenant_requests.labels(tenant, str(status)).inc()
+        if rec.prompt_tokens:
+            self.tenant_tokens.labels(tenant, "prompt").inc(rec.prompt_tokens)
+        if rec.completion_tokens:
+            self.tenant_tokens.labels(tenant, "completion").inc(rec.completion_tokens)
 
     def snapshot(self) -> None:
         """Publish this process's view to its siblings (multiprocess mode only)."""

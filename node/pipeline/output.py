@@ -60,7 +60,7 @@ class _Choice:
     stops: StopMatcher | None
     stages: Sequence[TextStage] = ()
     thinking: ThinkCounter | None = None  # counts reasoning tokens by id
-    last_chunk: tuple[int, ...] = ()  # ids of the latest streamed chunk
+    last_chunk: Sequence[int] = ()  # ids of the latest streamed chunk, as sent
     consumed: int = 0  # ids that count as completion tokens
     finished: bool = False
     over_budget: bool = False  # reached the reasoning budget inside the block: ends after this step
@@ -144,6 +144,7 @@ class OutputProcessor:
         self._min_tokens = spec.params.min_tokens
         self._terminators = spec.terminators
         self._want_ids = spec.want_token_ids
+        self._want_logprobs = spec.params.logprobs is not None
 
     @property
     def worker_done(self) -> bool:
@@ -154,46 +155,58 @@ class OutputProcessor:
         for a choice index past n, WorkerAborted when the worker aborted the request by itself."""
         events: list[Event] = []
         usage = self.usage
+        n = len(self._choices)
         for out in outs:
-            if out.index >= len(self._choices):
-                raise WorkerProtocolError(f"the worker sent choice index {out.index} of n={len(self._choices)}")
-            usage.cached_tokens = max(usage.cached_tokens, out.cached_tokens)
+            if out.index >= n:
+                raise WorkerProtocolError(f"the worker sent choice index {out.index} of n={n}")
+            if out.cached_tokens > usage.cached_tokens:  # noqa: PLR1730 (max() is a call per message)
+                usage.cached_tokens = out.cached_tokens
             self._consume(out, events)
         return events
 
     def _consume(self, out: WorkerOutput, events: list[Event]) -> None:
         choice = self._choices[out.index]
-        if out.finish_reason is not None:
-            self._worker_finished += 1
+        reason = out.finish_reason
+        ids = out.token_ids
+        if reason is None:
+            # A chunk: the common case, once per worker message.
+            if choice.finished:
+                return
+            choice.last_chunk = ids  # kept as sent: a message is never changed once yielded
+            if self._per_token:
+                self._step_each(choice, self._offset + out.index, ids, out.logprobs, events)
+            else:
+                self._step(choice, self._offset + out.index, ids, (), events)
+            return
+        self._worker_finished += 1
         if choice.finished:
             return
         index = self._offset + out.index
-        ids = out.token_ids
-        start = 0
-        if out.finish_reason is None:
-            choice.last_chunk = tuple(ids)
-        elif self.worker_streams and tuple(ids) == choice.last_chunk:
-            # vLLM's servicer ends each streamed choice with a chunk and then a final message repeating that
-            # chunk's ids (its output kind is DELTA): they are not new.
-            start = len(ids)
-        new_ids = list(ids) if start == 0 else []
-        logprobs = _logprob_entries(out.logprobs, start, len(new_ids)) if self._spec.params.logprobs is not None else []
-        if self._per_token:
-            for k, token in enumerate(new_ids):
-                lp = (logprobs[k],) if k < len(logprobs) else ()
-                self._step(choice, index, [token], lp, events)
-                if _ended(choice):
-                    break
-        else:
-            self._step(choice, index, new_ids, (), events)
-        if out.finish_reason is not None and not _ended(choice):
-            reason = out.finish_reason
+        # vLLM's servicer ends each streamed choice with a chunk and then a final message repeating that
+        # chunk's ids (its output kind is DELTA): they are not new.
+        if not (self.worker_streams and tuple(ids) == tuple(choice.last_chunk)):
+            if self._per_token:
+                self._step_each(choice, index, ids, out.logprobs, events)
+            else:
+                self._step(choice, index, ids, (), events)
+        if not _ended(choice):
             if reason == "abort":
                 raise WorkerAborted("the worker aborted the request")
             self._finish(choice, index, "length" if reason == "length" else "stop", events)
 
+    def _step_each(
+        self, choice: _Choice, index: int, ids: Sequence[int], lp: TokenLogprobs | None, events: list[Event]
+    ) -> None:
+        """Feed ids one at a time (stop strings, logprobs, token ids or a reasoning budget need to know which
+        token made which text), each with its logprob entry."""
+        logprobs = _logprob_entries(lp, 0, len(ids)) if self._want_logprobs else []
+        for k, token in enumerate(ids):
+            self._step(choice, index, (token,), (logprobs[k],) if k < len(logprobs) else (), events)
+            if _ended(choice):
+                break
+
     def _step(
-        self, choice: _Choice, index: int, ids: list[int], lp: tuple[TokenLogprob, ...], events: list[Event]
+        self, choice: _Choice, index: int, ids: Sequence[int], lp: tuple[TokenLogprob, ...], events: list[Event]
     ) -> None:
         """Feed ids (one, when per-token) to a choice; append the events they make."""
         # As in vLLM's stop checker, nothing ends an answer before min_tokens (the engine masks EOS and
@@ -237,7 +250,7 @@ class OutputProcessor:
         if choice.over_budget:
             self._finish(choice, index, "length", events)
 
-    def _think(self, choice: _Choice, ids: list[int]) -> None:
+    def _think(self, choice: _Choice, ids: Sequence[int]) -> None:
         thinking = choice.thinking
         if thinking is not None:
             before = thinking.count
@@ -249,7 +262,7 @@ class OutputProcessor:
             if thinking.done:
                 choice.thinking = None  # past the block: nothing more to count
 
-    def _ids_of(self, ids: list[int]) -> tuple[int, ...]:
+    def _ids_of(self, ids: Sequence[int]) -> tuple[int, ...]:
         return tuple(ids) if self._want_ids else ()
 
     def _emit(
