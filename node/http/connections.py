@@ -35,7 +35,6 @@ import logging
 import resource
 import socket
 import ssl
-import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -75,6 +74,9 @@ FD_HEADROOM = 512
 MAX_CONNECTIONS_CEILING = 16384
 #: The cap's log line (evictions, refusals) is written at most this often; /metrics counts every one.
 CAP_LOG_INTERVAL_S = 10.0
+#: An HTTPS handshake must finish within header_timeout_s (the TLS layer aborts it then); a connection whose
+#: protocol has not started this much later failed its handshake, and its place under the cap is given back.
+HANDSHAKE_SLACK_S = 1.0
 #: Addresses remembered between two rate-limit log lines (the line names the busiest three).
 RATE_LOG_ADDRESSES = 1024
 #: Reasons a connection is closed by us, as /metrics labels them.
@@ -135,6 +137,10 @@ class ConnectionGate:
         self.refused = 0
         self.rate_limited = 0
         self._rate = rate
+        # Admitted connections whose protocol has not started yet (an HTTPS handshake in progress), oldest first.
+        # A handshake that fails never reaches the protocol again (asyncio drops it silently), so its place is
+        # given back once the handshake deadline (header_timeout_s) and HANDSHAKE_SLACK_S have passed.
+        self._handshaking: dict[object, float] = {}
         self._rate_logged_at: float | None = None
         self._rate_unlogged: Counter[str] = Counter()
         self.closed: Counter[str] = Counter()
@@ -144,8 +150,10 @@ class ConnectionGate:
         self._logged_at: float | None = None
         self._unlogged: Counter[str] = Counter()
 
-    def admit(self) -> bool:
-        """Whether a new connection may be served; at the cap, makes room by evicting the longest-waiting one."""
+    def admit(self, pending: object | None = None) -> bool:
+        """Whether a new connection may be served; at the cap, makes room by evicting the longest-waiting one.
+        ``pending``: the connection's key until ``started`` (its place is given back if that never comes)."""
+        self._expire_handshakes()
         if self.open >= self.limits.max_connections:
             if not self._waiting:
                 self.refused += 1
@@ -155,7 +163,24 @@ class ConnectionGate:
             self.drop(victim, "evicted")
             self._note("evicted")
         self.open += 1
+        if pending is not None:
+            self._handshaking[pending] = self._clock()
         return True
+
+    def started(self, pending: object) -> bool:
+        """The connection admitted as ``pending`` reached its protocol; False if its place was given back."""
+        return self._handshaking.pop(pending, None) is not None
+
+    def _expire_handshakes(self) -> None:
+        if not self._handshaking:
+            return
+        cutoff = self._clock() - self.limits.header_timeout_s - HANDSHAKE_SLACK_S
+        while self._handshaking:
+            key = next(iter(self._handshaking))
+            if self._handshaking[key] > cutoff:
+                break
+            del self._handshaking[key]
+            self.open -= 1
 
     def rate_admits(self, address: str) -> bool:
         """Whether a connection from ``address`` is within its address's rate (then it takes a token);
@@ -341,19 +366,16 @@ class _Admission(asyncio.Protocol):
     address's rate, answered 429; past the cap while every open one is busy, 503; either closed, its request
     unread."""
 
-    __slots__ = ("__weakref__", "_admitted", "_gate", "_handler", "_uncount")
+    __slots__ = ("_admitted", "_gate", "_handler")
 
     def __init__(self, gate: ConnectionGate, handler: Callable[[], GuardedHandler]) -> None:
         self._gate = gate
         self._handler = handler
-        self._admitted = gate.admit()  # at the accept: counted from here (an HTTPS handshake included)
-        # An HTTPS handshake that fails never reaches connection_made nor connection_lost: the TLS layer just
-        # drops this protocol, whose collection gives the count back.
-        self._uncount = weakref.finalize(self, gate.unadmit) if self._admitted else None
+        self._admitted = gate.admit(self)  # at the accept: counted from here (an HTTPS handshake included)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self._uncount is not None:
-            self._uncount.detach()
+        if self._admitted and not self._gate.started(self):
+            self._admitted = self._gate.admit()  # (given back as a failed handshake: counted again)
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         refusal = None
@@ -396,4 +418,14 @@ async def listen(
         return _Admission(gate, lambda: GuardedHandler(server, gate, handler_args))
 
     loop = asyncio.get_running_loop()
-    return await loop.create_server(connection, host, port, backlog=backlog, reuse_port=reuse_port, ssl=ssl_context)
+    # The handshake is part of the request head's time (asyncio's default would allow it 60 s).
+    handshake_s = gate.limits.header_timeout_s if ssl_context is not None else None
+    return await loop.create_server(
+        connection,
+        host,
+        port,
+        backlog=backlog,
+        reuse_port=reuse_port,
+        ssl=ssl_context,
+        ssl_handshake_timeout=handshake_s,
+    )
