@@ -144,6 +144,14 @@ async def test_a_handshake_is_bounded_by_the_tcp_timeout(tmp_path: Path) -> None
 
 
 async def test_handshakes_never_finished_are_capped_and_closed_while_the_members_keep_talking(tmp_path: Path) -> None:
+    await _handshake_flood(tmp_path)
+
+
+def test_the_handshake_flood_on_uvloop(tmp_path: Path) -> None:
+    uvloop.run(_handshake_flood(tmp_path))
+
+
+async def _handshake_flood(tmp_path: Path) -> None:
     """13 sources × 8 connections that never send a ClientHello (or half of one): they count against the
     stream caps from the accept (64 in total, 8 per address), the ones over a cap are closed at once and the
     rest after the handshake timeout (TLS_HANDSHAKE_TIMEOUT_S, or tcp_timeout_s when shorter); the real
