@@ -20,9 +20,9 @@ The node's RSS is sampled every 100 ms; the report gives its peak against the ba
 
 ``--failover N`` measures something else: two simulated workers, one of them ``--fault hang`` (health checks
 pass, Generate never answers), the node with ``--first-token-timeout-s`` (2 s here); one user sends ``N``
-streamed chat requests in a row, 0.5 s apart. A request routed first to the hung worker waits out the first-token deadline
-and is retried on the healthy one; its time to the last byte is the failover time. The node's circuit breaker
-takes a worker that timed out out of rotation until its next passing health check, and opens its circuit
+streamed chat requests in a row, 0.5 s apart. A request routed first to the hung worker waits out the
+first-token deadline and is retried on the healthy one; its time to the last byte is the failover time. The
+node takes a worker that timed out out of rotation until its next passing health check, and opens its circuit
 after ``circuit_failures_to_open`` timeouts (pass ``--node-flag=--circuit-failures-to-open=1000000`` for more
 samples).
 """
