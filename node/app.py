@@ -37,6 +37,7 @@ from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
 from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
 from node.http.auth_middleware import auth_middleware
+from node.http.connection_rate import ConnectionRate
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.keys_api import add_key_routes
 from node.http.limits_api import add_limit_routes
@@ -65,6 +66,7 @@ from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
+from node.workers.worker_url import parse_networks
 from storage.base import Stores
 from storage.errors import StorageError
 from storage.factory import open_stores
@@ -106,6 +108,13 @@ def _connection_limits(http: HttpConfig) -> ConnectionLimits:
         body_timeout_s=http.body_timeout_s,
         write_timeout_s=http.write_timeout_s,
     )
+
+
+def _connection_rate(http: HttpConfig) -> ConnectionRate | None:
+    if not http.connection_rate_per_s:
+        return None
+    exempt = parse_networks(http.connection_rate_exempt, "connection_rate_exempt")
+    return ConnectionRate(http.connection_rate_per_s, http.connection_rate_burst, exempt)
 
 
 @contextlib.asynccontextmanager
@@ -188,6 +197,7 @@ async def run_node(
                 VllmGrpcClient,
                 generate_transport=config.workers.generate_transport,
                 channel=ChannelConfig.from_pool(config.workers),
+                policy=config.workers.network_policy,
             ),
             policies=policy_for,
             policy_name=routing.policy,
@@ -273,7 +283,9 @@ async def run_node(
             middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
         else:
             log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)
-        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        gate = ConnectionGate(
+            _connection_limits(config.http), clock=asyncio.get_running_loop().time, rate=_connection_rate(config.http)
+        )
         metrics.watch_connections(gate)
         app = build_app(
             # Outermost: the connection gate marks when a connection starts a request.

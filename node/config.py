@@ -95,6 +95,28 @@ class HttpConfig:
             "disconnected (its generation is aborted)"
         },
     )
+    # Per-address connection rate (node/http/connection_rate.py). Clients and load balancers reuse connections,
+    # so 200/s sustained (a burst of 1,000) is far above them; an L7 proxy that opens one upstream connection
+    # per request goes in connection_rate_exempt (loopback is there: sidecars and local probes connect from it,
+    # and no remote client can send from it).
+    connection_rate_per_s: float = field(
+        default=200.0,
+        metadata={
+            "help": "new connections per second one client address (IPv6: one /64) may open, sustained; past "
+            "it (and the burst) a connection is answered 429 and closed (0 = no limit)"
+        },
+    )
+    connection_rate_burst: int = field(
+        default=1000, metadata={"help": "connections one client address may open at once above the rate"}
+    )
+    connection_rate_exempt: tuple[str, ...] = field(
+        default=("127.0.0.0/8", "::1/128"),
+        metadata={
+            "help": "CIDRs whose connections are never rate limited, e.g. a proxy in front that opens a "
+            "connection per request (default: loopback)",
+            "metavar": "CIDR",
+        },
+    )
 
     tls_cert_file: str = field(
         default="",
@@ -115,6 +137,10 @@ class HttpConfig:
             raise ValueError(f"max_connections must be >= 0, got {self.max_connections}")
         for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "write_timeout_s"):
             _positive(name, getattr(self, name))
+        if not 0 <= self.connection_rate_per_s < float("inf"):
+            raise ValueError(f"connection_rate_per_s must be >= 0 and finite, got {self.connection_rate_per_s}")
+        _positive("connection_rate_burst", self.connection_rate_burst)
+        parse_networks(self.connection_rate_exempt, "connection_rate_exempt")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together")
         if self.tls_client_ca_file and not self.tls_cert_file:
@@ -290,8 +316,8 @@ class WorkerPoolConfig:
     worker_allowed_networks: tuple[str, ...] = field(
         default=(),
         metadata={
-            "help": "CIDRs worker IP addresses must lie in (default: anywhere but link-local/metadata ranges, "
-            "which only a network listed here inside them opens)",
+            "help": "CIDRs worker IP addresses, and every address a worker's name resolves to, must lie in "
+            "(default: anywhere but link-local/metadata ranges, which only a network listed here inside them opens)",
             "metavar": "CIDR",
         },
     )

@@ -295,6 +295,12 @@ class _ConnectionCollector(Collector):
             "Connections refused with a 503 at the cap while every open one was busy.",
             value=gate.refused,
         )
+        yield CounterMetricFamily(
+            "smg_node_http_connections_rate_limited",
+            "Connections refused with a 429: their client address opened connections faster than "
+            "--connection-rate-per-s (and its burst).",
+            value=gate.rate_limited,
+        )
         closed = CounterMetricFamily(
             "smg_node_http_connections_closed",
             "Connections the node closed: header, body or write timeout, or evicted at the cap for a new one.",
