@@ -18,10 +18,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
@@ -64,6 +64,9 @@ from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
 from storage.factory import open_stores
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 
