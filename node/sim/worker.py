@@ -89,7 +89,8 @@ def load_sim_model(config: SimWorkerConfig) -> SimModel:
     """
     folder, tokenizer = load_model_folder(config.model_path, config.served_model_name)
     try:
-        family = detect_folder(folder.path)
+        added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        family = detect_folder(folder.path, added_tokens=added)
     except (OSError, ValueError):  # no tokenizer_config.json: no chat template, so no family markup
         family = ParserChoice(None, None)
     answers = FamilyAnswers(tokenizer, tool_parser=family.tool_parser, thinks=family.reasoning_parser is not None)
