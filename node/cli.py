@@ -143,7 +143,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 count=count,
                 grace_s=config.http.drain_timeout_s,
                 # the children reload the mesh key file and the TLS certificate on SIGHUP
-                hangup=bool(config.cluster.mesh_key_file or config.http.tls_cert_file),
+                hangup=bool(
+                    config.cluster.mesh_key_file or config.http.tls_cert_file or config.auth.admin_tls_cert_file
+                ),
                 metrics_dir=shared_metrics,
             )
             return group.run()
@@ -165,8 +167,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             for node in serving:
                 if node.tls is not None:
                     node.tls.reload()
+                if node.admin_tls is not None and node.admin_tls is not node.tls:
+                    node.admin_tls.reload()
 
-        if hangup.path or config.http.tls_cert_file:
+        if hangup.path or config.http.tls_cert_file or config.auth.admin_tls_cert_file:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hangup)
         async with run_node(config) as node:
             serving.append(node)

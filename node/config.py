@@ -445,6 +445,11 @@ class RequestLimits:
         return max(1, total // max(1, choices))
 
 
+#: Tenants named in the metrics' tenant label; later new ones count as OTHER_TENANT (node/metrics.py).
+DEFAULT_METRICS_MAX_TENANTS: Final = 100
+MAX_METRICS_TENANTS: Final = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class TelemetryConfig:
     """Traces, the access log, and how sibling processes (``--processes``) share one /metrics."""
@@ -464,6 +469,14 @@ class TelemetryConfig:
     access_log: bool = field(
         default=True, metadata={"help": "log one line per HTTP request (logger node.access, level info)"}
     )
+    metrics_max_tenants: int = field(
+        default=DEFAULT_METRICS_MAX_TENANTS,
+        metadata={
+            "help": "tenants named in the tenant label of smg_node_tenant_requests / _tokens: the first this many "
+            "distinct tenants a process sees keep their name, later ones count as ':other' (a name no tenant can "
+            f"have); bounds the series a client can make. 0: no tenant metrics. At most {MAX_METRICS_TENANTS}"
+        },
+    )
     metrics_dir: str = field(
         default="",
         metadata={
@@ -474,6 +487,8 @@ class TelemetryConfig:
     )
 
     def __post_init__(self) -> None:
+        if not 0 <= self.metrics_max_tenants <= MAX_METRICS_TENANTS:
+            raise ValueError(f"metrics_max_tenants must be in 0..{MAX_METRICS_TENANTS}, got {self.metrics_max_tenants}")
         if not 0.0 <= self.trace_sample_ratio <= 1.0:
             raise ValueError(f"trace_sample_ratio must be in [0, 1], got {self.trace_sample_ratio}")
         if self.otlp_traces_endpoint and urlsplit(self.otlp_traces_endpoint).scheme not in ("http", "https"):
@@ -537,6 +552,15 @@ class NodeConfig:
         admin = self.auth.admin_addr
         if admin is not None:
             self.auth.enforced(admin[0])
+        if self.auth.client_cert_identity and not (self.http.tls_client_ca_file or self.auth.admin_tls_client_ca_file):
+            raise ValueError(
+                "client_cert_identity needs mutual TLS: --tls-client-ca-file or --admin-tls-client-ca-file"
+            )
+        if self.auth.keys_file and self.storage.backend != "memory":
+            raise ValueError(
+                f"keys_file: the API keys are kept in the {self.storage.backend} history backend; "
+                "--keys-file is for the memory backend"
+            )
 
 
 def _sections(config: type[object]) -> Mapping[str, type[object]]:
