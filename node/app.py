@@ -18,10 +18,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
@@ -71,6 +71,9 @@ from storage.base import Stores
 from storage.errors import StorageError
 from storage.factory import open_stores
 from storage.keys import FileKeyStore, KeyStore
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 

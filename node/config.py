@@ -542,24 +542,35 @@ class NodeConfig:
 
     The list of components is written here once: each field is a component, its name the component's YAML
     section (``http: {port: 8000}``) and its type the component's config class (NODE_SECTIONS). Fields are
-    in the order ``serve --help`` shows their flag groups.
+    in the order ``serve --help`` shows their flag groups, each under its ``title``: what the options are for, in
+    an operator's words (never the class name).
     """
 
-    http: HttpConfig
-    model: ModelConfig
-    workers: WorkerPoolConfig
-    routing: RoutingConfig = field(default_factory=RoutingConfig)
-    tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    storage: StorageConfig = field(default_factory=StorageConfig)
-    api: ApiConfig = field(default_factory=ApiConfig)
-    auth: AuthConfig = field(default_factory=AuthConfig)
-    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
-    retry: RetryConfig = field(default_factory=RetryConfig)
-    limits: RequestLimits = field(default_factory=RequestLimits)
-    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
-    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
-    log: LogConfig = field(default_factory=LogConfig)
+    http: HttpConfig = field(metadata={"title": "Listening, connections and TLS"})
+    model: ModelConfig = field(metadata={"title": "Models and output parsers"})
+    workers: WorkerPoolConfig = field(metadata={"title": "Workers: connections and health"})
+    routing: RoutingConfig = field(
+        default_factory=RoutingConfig, metadata={"title": "Routing: which worker serves a request"}
+    )
+    tokenizer_cache: TokenizerCacheConfig = field(
+        default_factory=TokenizerCacheConfig, metadata={"title": "Tokenizer caches"}
+    )
+    cluster: ClusterConfig = field(default_factory=ClusterConfig, metadata={"title": "Mesh: the cluster of nodes"})
+    storage: StorageConfig = field(
+        default_factory=StorageConfig, metadata={"title": "History storage (Responses API, conversations)"}
+    )
+    api: ApiConfig = field(default_factory=ApiConfig, metadata={"title": "Tenants"})
+    auth: AuthConfig = field(default_factory=AuthConfig, metadata={"title": "Authentication: API keys and JWT"})
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig, metadata={"title": "Deadlines"})
+    retry: RetryConfig = field(default_factory=RetryConfig, metadata={"title": "Retries"})
+    limits: RequestLimits = field(default_factory=RequestLimits, metadata={"title": "Limits on requests"})
+    discovery: DiscoveryConfig = field(
+        default_factory=DiscoveryConfig, metadata={"title": "Worker discovery (DNS, Kubernetes)"}
+    )
+    telemetry: TelemetryConfig = field(
+        default_factory=TelemetryConfig, metadata={"title": "Observability: traces and access log"}
+    )
+    log: LogConfig = field(default_factory=LogConfig, metadata={"title": "Logging"})
 
     def __post_init__(self) -> None:
         """Raises AuthConfigError (a ValueError) for an open node on a non-loopback address (see AuthConfig)."""
@@ -585,3 +596,7 @@ def _sections(config: type[object]) -> Mapping[str, type[object]]:
 
 #: YAML section name -> component config class, derived from NodeConfig's fields.
 NODE_SECTIONS: Final[Mapping[str, type[object]]] = _sections(NodeConfig)
+#: YAML section name -> the title of its group of flags in ``serve --help``.
+NODE_SECTION_TITLES: Final[Mapping[str, str]] = MappingProxyType(
+    {f.name: str(f.metadata["title"]) for f in dataclasses.fields(NodeConfig)}
+)
