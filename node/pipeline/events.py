@@ -8,6 +8,7 @@ normally emits one ``Usage`` last (a run that fails emits none).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,11 +18,12 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ContentDelta:
-    """New answer text for choice ``index`` (may be empty when it carries only logprobs or token ids)."""
+class ContentDelta(NamedTuple):
+    """New answer text for choice ``index`` (may be empty when it carries only logprobs or token ids).
 
-    index: int
+    A NamedTuple (immutable, built per token): a frozen dataclass pays ``object.__setattr__`` per field."""
+
+    index: int  # type: ignore[assignment]  # the choice number; shadows tuple.index, which nothing here calls
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()
     token_ids: tuple[int, ...] = ()

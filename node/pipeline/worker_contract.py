@@ -20,7 +20,7 @@ one final message carries every id.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from node.errors import WorkerProtocolError
 from node.workers.types import TokenLogprobs, WorkerOutput
@@ -168,10 +168,10 @@ class WorkerContract:
         choice.finished = choice.cut = True
         kept = tuple(allowed)
         logprobs = _first_logprobs(out.logprobs, len(kept))
-        final = replace(out, token_ids=kept, finish_reason=LENGTH, matched_token_id=None, logprobs=logprobs)
+        final = out._replace(token_ids=kept, finish_reason=LENGTH, matched_token_id=None, logprobs=logprobs)
         if not self.limits.stream:
             return Verdict((final,), abort_stream=True, overrun=True)
-        chunk = replace(final, finish_reason=None, kv_transfer_params_json=None)
+        chunk = final._replace(finish_reason=None, kv_transfer_params_json=None)
         # A streamed choice ends as vLLM ends one: its last chunk, then a final message repeating it. A lone
         # final message could be read as a repeat of the previous chunk and dropped.
         outputs = (chunk, final) if kept else (final,)

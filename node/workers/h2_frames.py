@@ -7,7 +7,7 @@ ignores them, as the RFC requires.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -74,8 +74,9 @@ class FrameError(Exception):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
+    """One received frame (a NamedTuple: immutable and cheap to build, one per frame)."""
+
     kind: int
     flags: int
     stream_id: int

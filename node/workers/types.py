@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from node.structured.constraint import Constraint
 from node.workers.deadlines import Deadlines
@@ -57,15 +58,17 @@ class TokenLogprobs:
     top_logprobs: Sequence[Sequence[float]] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerOutput:
+class WorkerOutput(NamedTuple):
     """One message of a Generate stream, for one of the n choices (``index``).
 
     ``token_ids`` are the new ids of this chunk (streaming) or all ids (the final message of a non-streaming
     call). Counts are cumulative, as the engine reports them. ``finish_reason`` is set on the last message.
+
+    A NamedTuple, not a frozen dataclass: one is built per message (per token when streaming), and a frozen
+    dataclass's ``__init__`` pays an ``object.__setattr__`` call per field. Immutable all the same.
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the choice number; shadows tuple.index, which nothing here calls
     token_ids: Sequence[int]
     prompt_tokens: int
     completion_tokens: int

@@ -94,7 +94,7 @@ async def test_h2_and_grpc_transports_give_the_same_outputs(worker: SimWorker) -
         for req in cases:
             got, want = await _collect(h2, req), await _collect(aio, req)
             # The second call finds the prompt in the engine's prefix cache; everything else is identical.
-            assert [replace(o, cached_tokens=0) for o in got] == [replace(o, cached_tokens=0) for o in want]
+            assert [o._replace(cached_tokens=0) for o in got] == [o._replace(cached_tokens=0) for o in want]
             assert got[-1].finish_reason is not None
     finally:
         await h2.close()
