@@ -95,6 +95,27 @@ class OutputProcessor:
     Events number choices from ``index_offset`` (a batch request's k-th prompt starts at k * n).
     """
 
+    # Slots: the per-token path reads a dozen of these attributes per worker message.
+    __slots__ = (
+        "_choices",
+        "_close_ids",
+        "_min_tokens",
+        "_offset",
+        "_open",
+        "_per_token",
+        "_spec",
+        "_terminators",
+        "_think_budget",
+        "_want_ids",
+        "_want_logprobs",
+        "_worker_finished",
+        "complete",
+        "continued",
+        "paused",
+        "usage",
+        "worker_streams",
+    )
+
     def __init__(
         self, spec: GenerateSpec, tokenizer: Tokenizer, *, index_offset: int = 0, stages: Stages | None = None
     ) -> None:

@@ -85,7 +85,7 @@ class BreakerClient:
                 if watch is not None:
                     watch.waiting()
                 try:
-                    batch = await anext(stream)
+                    batch = await stream.__anext__()  # not anext(): one awaitable less per message
                 except StopAsyncIteration:
                     if watch is not None:
                         watch.stopped_waiting()

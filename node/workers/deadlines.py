@@ -136,14 +136,14 @@ class StreamDeadline:
     deadlines: Deadlines
     started_at: float
     streamed: bool = True
-    _last_at: float | None = None  # when the latest message arrived; None: none yet
+    last_at: float | None = None  # when the latest message arrived; None: none yet
 
     @property
     def received(self) -> bool:
-        return self._last_at is not None
+        return self.last_at is not None
 
     def on_message(self, now: float) -> None:
-        self._last_at = now
+        self.last_at = now  # Watchdog.arrived sets it directly (per message, one call less)
 
     def next_due(self) -> tuple[float, DeadlineKind, Limit] | None:
         """The earliest deadline still ahead: (absolute time, kind, limit); None when unbounded."""
@@ -151,10 +151,10 @@ class StreamDeadline:
         due: list[tuple[float, DeadlineKind, Limit]] = []
         if d.request is not None:
             due.append((self.started_at + d.request.seconds, "request", d.request))
-        if self.streamed and self._last_at is None and d.first_token is not None:
+        if self.streamed and self.last_at is None and d.first_token is not None:
             due.append((self.started_at + d.first_token.seconds, "first_token", d.first_token))
-        if self.streamed and self._last_at is not None and d.idle is not None:
-            due.append((self._last_at + d.idle.seconds, "idle", d.idle))
+        if self.streamed and self.last_at is not None and d.idle is not None:
+            due.append((self.last_at + d.idle.seconds, "idle", d.idle))
         return min(due, key=lambda item: item[0]) if due else None
 
     def expired(self, now: float) -> tuple[DeadlineKind, Limit] | None:
@@ -232,7 +232,7 @@ class Watchdog:
     def arrived(self) -> None:
         """A message came: the wait is over, the deadlines move on."""
         self._waiting = False
-        self._state.on_message(self._now())
+        self._state.last_at = self._now()  # StreamDeadline.on_message, inlined: this runs per message
 
     def stopped_waiting(self) -> None:
         self._waiting = False
@@ -265,7 +265,7 @@ async def bounded(
         while True:
             watch.waiting()
             try:
-                item = await anext(stream)
+                item = await stream.__anext__()  # not anext(): one awaitable less per item
             except StopAsyncIteration:
                 watch.stopped_waiting()
                 return
