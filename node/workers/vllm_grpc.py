@@ -3,7 +3,8 @@
 Protobuf messages are untyped; they are built and read only in this module, so `Any` stops here.
 One channel per worker is reused by every request (HTTP/2 multiplexing). Generate streams are read either
 through that channel or, by default, through our own HTTP/2 connection (``node.workers.h2_generate``: a
-fraction of grpc.aio's CPU per streamed message); every other RPC stays on grpc.aio.
+fraction of grpc.aio's CPU per streamed message). The health checks' HealthCheck and GetLoads, sent to every
+worker every interval, take the same connection when it is in use; every other RPC stays on grpc.aio.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from node.errors import KvEventsUnsupported, WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerRejected, WorkerUnavailable
+from node.workers.grpc_wire import UNIMPLEMENTED
 from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
@@ -34,6 +36,10 @@ REQUEST_FAULT_STATUSES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "ALREADY
 # The status of a worker that could not take the call (WorkerUnavailable): another worker may.
 UNAVAILABLE_STATUS = "UNAVAILABLE"
 _GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
+_HEALTH_PATH = "/vllm.grpc.engine.VllmEngine/HealthCheck"
+_LOADS_PATH = "/vllm.grpc.engine.VllmEngine/GetLoads"
+_HEALTH_REQUEST = pb.HealthCheckRequest().SerializeToString()
+_LOADS_REQUEST = pb.GetLoadsRequest().SerializeToString()
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (grpc-stubs lacks it) what read() returns at the end
 
 
@@ -183,6 +189,12 @@ class VllmGrpcClient:
         )
 
     async def health(self, *, timeout_s: float) -> bool:
+        if self._h2 is not None:
+            try:
+                data = await self._h2.unary(_HEALTH_PATH, _HEALTH_REQUEST, timeout_s=timeout_s)
+                return bool(pb.HealthCheckResponse.FromString(data).healthy)
+            except (CallFailed, DecodeError):
+                return False
         try:
             r = await self._stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
         except grpc.aio.AioRpcError:
@@ -236,6 +248,16 @@ class VllmGrpcClient:
 
     async def loads(self, *, timeout_s: float) -> EngineLoad | None:
         """The engine's load (GetLoads); None when the worker does not implement it."""
+        if self._h2 is not None:
+            try:
+                data = await self._h2.unary(_LOADS_PATH, _LOADS_REQUEST, timeout_s=timeout_s)
+                return convert_get_loads(pb.GetLoadsResponse.FromString(data))
+            except CallFailed as exc:
+                if exc.status.code == UNIMPLEMENTED:
+                    return None
+                raise _call_error(self._url, "GetLoads", exc) from exc
+            except DecodeError as exc:
+                raise WorkerFailed(f"worker {self._url}: GetLoads failed: INTERNAL: {exc}") from exc
         try:
             r = await self._stub.GetLoads(pb.GetLoadsRequest(), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
