@@ -149,7 +149,9 @@ class VllmGrpcClient:
         self._url = url
         target = parse_target(url)
         channel = channel or ChannelConfig()
-        options = channel.grpc_options(MAX_MESSAGE_BYTES)
+        # With the h2 transport the health checks leave this channel (see ``health``): it idles between the
+        # rare calls it still carries (GetModelInfo, Abort, the KV-event stream), so no pings without calls.
+        options = channel.grpc_options(MAX_MESSAGE_BYTES, ping_without_calls=generate_transport != "h2")
         if target.tls:
             credentials = channel.tls.grpc_credentials()
             self._channel = grpc.aio.secure_channel(target.authority, credentials, options=options)
