@@ -18,7 +18,7 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,10 @@ def keyed_cluster(workdir: Path, nodes_count: int) -> Iterator[tuple[list[Node],
 
 
 @contextmanager
-def keyed_cluster_of(workdir: Path, nodes_count: int) -> Iterator[tuple[Cluster, str]]:
+def keyed_cluster_of(
+    workdir: Path, nodes_count: int, extra: Callable[[str], tuple[str, ...]] = lambda _name: ()
+) -> Iterator[tuple[Cluster, str]]:
+    """``extra(name)``: more `serve` flags of the node named ``name``."""
     with ExitStack() as stack:
         model_dir = prepare_model("llama3", workdir / "models")
         worker = stack.enter_context(sim_worker(model_dir, workdir / "sim.log"))
@@ -106,7 +109,7 @@ def keyed_cluster_of(workdir: Path, nodes_count: int) -> Iterator[tuple[Cluster,
             Cluster(workdir=workdir, model_dir=model_dir, worker_url=worker, profile=LAN_PROFILE, api_key=admin)
         )
         for node in loopback_nodes(nodes_count, mesh_port=port, first_host=FIRST_HOST, name_prefix="k"):
-            node.extra = ("--auth-bootstrap-key-file", str(key_file))
+            node.extra = ("--auth-bootstrap-key-file", str(key_file), *extra(node.name))
             cluster.add(node)
         nodes = list(cluster.nodes.values())
         cluster.start(*nodes)

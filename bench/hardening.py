@@ -16,6 +16,15 @@ The node's RSS is sampled every 100 ms; the report gives its peak against the ba
     python -m bench.hardening --duration-s 30            # this checkout
     python -m bench.hardening --code-dir /tmp/old-node   # another one (git archive <rev> | tar -x -C DIR)
     python -m bench.hardening --node-nofile 1024         # idle connections past the node's fd limit
+    python -m bench.hardening --failover 40              # time for a hung worker's request to fail over
+
+``--failover N`` measures something else: two simulated workers, one of them ``--fault hang`` (health checks
+pass, Generate never answers), the node with ``--first-token-timeout-s`` (2 s here); one user sends ``N``
+streamed chat requests in a row, 0.5 s apart. A request routed first to the hung worker waits out the
+first-token deadline and is retried on the healthy one; its time to the last byte is the failover time. The
+node takes a worker that timed out out of rotation until its next passing health check, and opens its circuit
+after ``circuit_failures_to_open`` timeouts (pass ``--node-flag=--circuit-failures-to-open=1000000`` for more
+samples).
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ LEGIT_TIMEOUT_S = 30.0
 RSS_SAMPLE_S = 0.1
 DRIBBLE_S = 1.0
 NON_READING_RCVBUF_BYTES = 4096
+JSON = {"Content-Type": "application/json"}
+FAILOVER_GAP_S = 0.5
 
 
 @dataclass
@@ -195,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patterns", default="baseline,idle,slowloris,nonreading")
     parser.add_argument("--node-flag", action="append", default=[], help="extra flag for serve (repeatable)")
     parser.add_argument("--node-nofile", type=int, default=0, help="the node's open-file limit (prlimit); 0 = ours")
+    parser.add_argument("--failover", type=int, default=0, help="measure N requests' failover off a hung worker")
+    parser.add_argument("--first-token-timeout-s", type=float, default=2.0, help="the node's, with --failover")
     args = parser.parse_args(argv)
     counts = {"baseline": 0, "idle": args.idle, "slowloris": args.slowloris, "nonreading": args.non_reading}
     work = Path(tempfile.mkdtemp(prefix="hardening-"))
@@ -216,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.node_nofile:
         node = ["prlimit", f"--nofile={args.node_nofile}:{args.node_nofile}", "--", *node]
     url = f"http://127.0.0.1:{http_port}"
+    if args.failover:
+        return _failover(args, code, sim, node, url, work)
     results: list[PatternResult] = []
     with contextlib.chdir(code), running("sim", sim, work / "sim.log") as sim_proc:
         wait_port(sim_proc, sim_port, 60)
@@ -239,6 +254,65 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(3.0)
             print(f"node log: {work / 'node.log'}")
     return 0
+
+
+def _failover(args: argparse.Namespace, code: Path, sim: list[str], node: list[str], url: str, work: Path) -> int:
+    hung_port = free_port()
+    hung = [*sim, "--fault", "hang"]
+    hung[hung.index("--port") + 1] = str(hung_port)
+    sim_port = int(sim[sim.index("--port") + 1])
+    node = [*node, "--worker", f"grpc://127.0.0.1:{hung_port}", "--policy", "round_robin"]
+    node += ["--first-token-timeout-s", str(args.first_token_timeout_s)]
+    with (
+        contextlib.chdir(code),
+        running("sim", sim, work / "sim.log") as sim_proc,
+        running("hung", hung, work / "hung.log") as hung_proc,
+    ):
+        wait_port(sim_proc, sim_port, 60)
+        wait_port(hung_proc, hung_port, 60)
+        http_port = int(node[node.index("--port") + 1])
+        with running("node", node, work / "node.log") as node_proc:
+            wait_port(node_proc, http_port, 60)
+            time.sleep(3.0)  # both workers pass a health check (the hung one does: only Generate hangs)
+            times_s, failed = asyncio.run(_failover_requests(url, _model(url), args.failover))
+    over = sorted(t for t in times_s if t >= args.first_token_timeout_s)
+    direct = sorted(t for t in times_s if t < args.first_token_timeout_s)
+
+    def p50(values: list[float]) -> str:
+        return f"{values[len(values) // 2]:.2f} s" if values else "-"
+
+    print(
+        f"failover: {len(times_s)} ok, {failed} failed; {len(over)} failed over (first-token timeout "
+        f"{args.first_token_timeout_s:g} s): p50 {p50(over)}, max {over[-1] if over else 0:.2f} s; "
+        f"{len(direct)} served directly: p50 {p50(direct)}"
+    )
+    print(f"node log: {work / 'node.log'}")
+    return 0
+
+
+async def _failover_requests(url: str, model: str, count: int) -> tuple[list[float], int]:
+    """Time to the last byte of ``count`` streamed chat requests in a row, and how many failed."""
+    times_s: list[float] = []
+    failed = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=LEGIT_TIMEOUT_S)) as session:
+        for _ in range(count):
+            started = time.monotonic()
+            try:
+                async with session.post(
+                    url + "/v1/chat/completions", data=_chat(model, 16, True), headers=JSON
+                ) as resp:
+                    body = await resp.read()
+                    if resp.status != 200 or b"[DONE]" not in body:
+                        raise RuntimeError(f"{resp.status}: {body[:100]!r}")
+            except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+                failed += 1
+                print(f"  failed: {exc}", flush=True)
+                continue
+            times_s.append(time.monotonic() - started)
+            # A worker that timed out is out of rotation until its next health check passes (every 2 s):
+            # spaced requests give it back, so more of them fail over.
+            await asyncio.sleep(FAILOVER_GAP_S)
+    return times_s, failed
 
 
 def _model(url: str) -> str:

@@ -141,6 +141,12 @@ STREAM_READ_CHUNK_BYTES: Final = 64 * 1024
 #: longer (capped by tcp_timeout_s).
 STREAM_PREAUTH_TIMEOUT_S: Final = 2.0
 
+#: With mesh TLS, the handshake must finish this soon after the connection is accepted (capped by
+#: tcp_timeout_s). The connection counts against MAX_INBOUND_STREAMS(_PER_HOST) meanwhile, so half-done
+#: handshakes hold at most that many sockets for this long. TLS 1.3 needs one round trip and a signature
+#: on each side: milliseconds on a LAN, well under a second across regions.
+TLS_HANDSHAKE_TIMEOUT_S: Final = 3.0
+
 #: At most one log line per this many seconds for each kind of refused input (streams refused, malformed
 #: packets, implausible incarnations); the counters in MeshMetrics count every one.
 REFUSAL_LOG_INTERVAL_S: Final = 10.0

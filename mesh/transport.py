@@ -8,7 +8,8 @@ With TLS contexts (mesh/tls.py) every stream is mutual TLS, both ways; a failed 
 logged, never raised past the listener.
 
 Inbound streams are bounded before anything is known of the peer (mesh/limits.py): at most
-MAX_INBOUND_STREAMS at once and MAX_INBOUND_STREAMS_PER_HOST per address; the frame header and its first
+MAX_INBOUND_STREAMS at once and MAX_INBOUND_STREAMS_PER_HOST per address, counted from the accept (a TLS
+handshake in progress included, and bounded by TLS_HANDSHAKE_TIMEOUT_S); the frame header and its first
 MAX_PREAUTH_BYTES within STREAM_PREAUTH_TIMEOUT_S, then handed to ``admit`` (the core authenticates them
 with the keyring) before anything more is read; the whole request within the stream timeout; the frame
 read in pieces accounted against one budget (MAX_INBOUND_BUFFER_BYTES) shared by all inbound streams. A
@@ -41,6 +42,7 @@ from mesh.limits import (
     STREAM_HEADER_BYTES,
     STREAM_PREAUTH_TIMEOUT_S,
     STREAM_READ_CHUNK_BYTES,
+    TLS_HANDSHAKE_TIMEOUT_S,
 )
 from mesh.ratelog import RefusalLog
 from mesh.tls import TlsContexts, on_handshake_failure
@@ -56,6 +58,8 @@ AdmitCallback = Callable[[bytes, str], bool]
 
 #: Attempts to find a port free for both UDP and TCP when binding port 0.
 _BIND_ATTEMPTS = 16
+#: After a failed accept (no file descriptor left, mostly), the TLS listener waits this long before the next.
+ACCEPT_RETRY_S = 0.1
 
 #: Bind addresses that mean "every interface": outgoing streams from these leave from any address.
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -113,6 +117,38 @@ class _Refused(Exception):
     """An inbound stream exceeded a bound; the message says which."""
 
 
+class _TlsListener:
+    """The TCP listener of mesh TLS: accepts connections itself and hands each to ``on_accept`` with no byte
+    read, so the connection can be counted before its handshake and the TLS layer reads the ClientHello
+    (a server with ``ssl=`` handshakes before any handler runs; a plain stream would buffer it)."""
+
+    def __init__(self, sock: socket.socket, on_accept: Callable[[socket.socket, str], None]) -> None:
+        sock.setblocking(False)
+        self.sockets = (sock,)
+        self._on_accept = on_accept
+        self._task = asyncio.get_running_loop().create_task(self._run(sock), name="mesh-tls-accept")
+
+    async def _run(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(sock)
+            except OSError as exc:  # out of file descriptors, mostly: let some close
+                log.warning("mesh: accepting a TCP stream failed: %s", _reason(exc))
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            conn.setblocking(False)
+            self._on_accept(conn, _peer(addr))
+
+    def close(self) -> None:
+        self._task.cancel()
+        self.sockets[0].close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
 class _Streams:
     """The inbound side of streams: one owned task per connection, one frame in and one reply out within
     ``timeout_s``; over mutual TLS when given a server context, the handshake bounded by ``timeout_s`` too.
@@ -135,22 +171,14 @@ class _Streams:
         if tls is not None:
             on_handshake_failure(tls, self._tls_failed)
 
-    async def listen(self, host: str, port: int) -> asyncio.Server:
+    async def listen(self, host: str, port: int) -> asyncio.Server | _TlsListener:
         """Raises OSError."""
         if self._tls is None:
             return await asyncio.start_server(self._serve, host, port, reuse_address=True)
-        return await asyncio.start_server(
-            self._serve,
-            host,
-            port,
-            reuse_address=True,
-            ssl=self._tls,
-            ssl_handshake_timeout=self._timeout_s,
-            ssl_shutdown_timeout=self._timeout_s,
-        )
+        return _TlsListener(socket.create_server((host, port), family=_family(host)), self._accepted_tls)
 
     def _tls_failed(self, exc: ssl.SSLError) -> None:
-        # The event loop's TLS layer drops the connection itself; the handler never runs.
+        # The TLS layer drops the connection itself; the handler sees only an OSError.
         self.tls_failures += 1
         log.info("mesh: inbound TLS handshake refused: %s", _reason(exc))
 
@@ -158,21 +186,85 @@ class _Streams:
         self.refused += 1
         self._refusals.refused(asyncio.get_running_loop().time(), "inbound stream refused", f"{why} (from {peer})")
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = _peer(writer.get_extra_info("peername"))
-        host = split_addr(peer)[0] if peer != "?:0" else peer
+    def _over_cap(self, peer: str, host: str) -> bool:
+        """A new connection from ``peer`` would exceed a stream cap: refused (counted, logged)."""
         if len(self.handlers) >= MAX_INBOUND_STREAMS:
             self._refuse(peer, f"{MAX_INBOUND_STREAMS} streams already open")
-            writer.close()
-            return
+            return True
         if self._per_host.get(host, 0) >= MAX_INBOUND_STREAMS_PER_HOST:
             self._refuse(peer, f"{MAX_INBOUND_STREAMS_PER_HOST} streams already open from {host}")
-            writer.close()
-            return
-        task = asyncio.current_task()
-        assert task is not None
+            return True
+        return False
+
+    def _count(self, host: str, task: asyncio.Task[None]) -> None:
         self.handlers.add(task)
         self._per_host[host] = self._per_host.get(host, 0) + 1
+
+    def _release(self, host: str, task: asyncio.Task[None]) -> None:
+        self.handlers.discard(task)
+        left = self._per_host[host] - 1
+        if left:
+            self._per_host[host] = left
+        else:
+            del self._per_host[host]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer(writer.get_extra_info("peername"))
+        host = _host(peer)
+        task = asyncio.current_task()
+        assert task is not None
+        if self._over_cap(peer, host):
+            writer.close()
+            return
+        self._count(host, task)
+        try:
+            await self._exchange(reader, writer, peer)
+        finally:
+            self._release(host, task)
+            writer.close()
+
+    def _accepted_tls(self, conn: socket.socket, peer: str) -> None:
+        """A TCP connection accepted for mesh TLS: counted against the stream caps before its handshake starts
+        (a flood of handshakes never finished holds at most MAX_INBOUND_STREAMS sockets, each for
+        TLS_HANDSHAKE_TIMEOUT_S), or closed."""
+        host = _host(peer)
+        if self._over_cap(peer, host):
+            conn.close()
+            return
+        self._count(host, asyncio.get_running_loop().create_task(self._serve_tls(conn, peer, host)))
+
+    async def _serve_tls(self, conn: socket.socket, peer: str, host: str) -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        writer: asyncio.StreamWriter | None = None
+        timeout_s = min(TLS_HANDSHAKE_TIMEOUT_S, self._timeout_s)
+        try:  # (cancelled before its first step, at shutdown, it never ran: ``conn`` closes when collected)
+            reader = asyncio.StreamReader(loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    # The TLS layer owns ``conn`` from here (and closes it if the handshake fails).
+                    transport, _ = await loop.connect_accepted_socket(
+                        lambda: protocol, conn, ssl=self._tls, ssl_handshake_timeout=timeout_s
+                    )
+            except TimeoutError:
+                self._refuse(peer, f"no TLS handshake within {timeout_s:g} s")
+                return
+            except OSError as exc:  # ssl.SSLError among them, counted by the context's hook
+                log.debug("TLS handshake with %s failed: %r", peer, exc)
+                return
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            await self._exchange(reader, writer, peer)
+        finally:
+            self._release(host, task)
+            if writer is not None:
+                writer.close()
+                # The TLS goodbye is bounded too (asyncio would wait 30 s for the peer's).
+                loop.call_later(self._timeout_s, writer.transport.abort)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
+        """One frame in, one reply out, within the stream timeout; failures are counted or logged here."""
         held = [0]  # bytes of this stream counted in self.buffered
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -187,13 +279,6 @@ class _Streams:
             log.debug("stream from %s failed: %r", peer, exc)
         finally:
             self.buffered -= held[0]
-            self.handlers.discard(task)
-            left = self._per_host[host] - 1
-            if left:
-                self._per_host[host] = left
-            else:
-                del self._per_host[host]
-            writer.close()
 
     async def _read_frame(self, reader: asyncio.StreamReader, peer: str, held: list[int]) -> bytes | None:
         """The whole frame (just its header if the header is unacceptable, for the core to count), or None if
@@ -236,7 +321,7 @@ class AsyncioTransport:
     def __init__(
         self,
         udp: asyncio.DatagramTransport,
-        server: asyncio.Server,
+        server: asyncio.Server | _TlsListener,
         port: int,
         streams: _Streams,
         *,
@@ -282,7 +367,7 @@ class AsyncioTransport:
         streams = _Streams(on_stream, admit_stream, stream_timeout_s, None if tls is None else tls.server)
         last_error: OSError | None = None
         for _ in range(_BIND_ATTEMPTS if port == 0 else 1):
-            server: asyncio.Server | None = None
+            server: asyncio.Server | _TlsListener | None = None
             try:
                 server = await streams.listen(host, port)
                 bound = int(server.sockets[0].getsockname()[1])
@@ -366,6 +451,10 @@ class AsyncioTransport:
 def _reason(exc: BaseException) -> str:
     """The exception's message, or its type when it has none (a peer hanging up mid-handshake)."""
     return str(exc) or type(exc).__name__
+
+
+def _host(peer: str) -> str:
+    return split_addr(peer)[0] if peer != "?:0" else peer
 
 
 def _peer(name: object) -> str:

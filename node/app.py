@@ -18,15 +18,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from opentelemetry.sdk.trace.export import SpanExporter
 
 from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
+from node.auth.client_cert import CertIdentities
 from node.auth.config import read_bootstrap_key
 from node.auth.jwt_auth import JwtAuthenticator
+from node.cluster.key_store import DurableKeys
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
@@ -35,6 +37,7 @@ from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
 from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
 from node.http.auth_middleware import auth_middleware
+from node.http.connection_rate import ConnectionRate
 from node.http.connections import ConnectionGate, ConnectionLimits, default_max_connections, fd_room, listen
 from node.http.keys_api import add_key_routes
 from node.http.limits_api import add_limit_routes
@@ -63,7 +66,14 @@ from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerClient
 from node.workers.pool import Worker, WorkerPool
 from node.workers.vllm_grpc import VllmGrpcClient
+from node.workers.worker_url import parse_networks
+from storage.base import Stores
+from storage.errors import StorageError
 from storage.factory import open_stores
+from storage.keys import FileKeyStore, KeyStore
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +90,8 @@ class RunningNode:
     tls: ServerTls | None = None
     #: The admin API's own listener (--admin-bind), or None when the main port serves it.
     admin_url: str | None = None
+    #: The admin listener's HTTPS: ``tls`` itself (the same files), its own (--admin-tls-cert-file), or None.
+    admin_tls: ServerTls | None = None
 
 
 #: Connections the kernel queues before we accept them (a burst of clients connecting at once).
@@ -101,6 +113,13 @@ def _connection_limits(http: HttpConfig) -> ConnectionLimits:
     )
 
 
+def _connection_rate(http: HttpConfig) -> ConnectionRate | None:
+    if not http.connection_rate_per_s:
+        return None
+    exempt = parse_networks(http.connection_rate_exempt, "connection_rate_exempt")
+    return ConnectionRate(http.connection_rate_per_s, http.connection_rate_burst, exempt)
+
+
 @contextlib.asynccontextmanager
 async def run_node(
     config: NodeConfig,
@@ -118,6 +137,12 @@ async def run_node(
         ServerTls(TlsFiles(http.tls_cert_file, http.tls_key_file, http.tls_client_ca_file))
         if http.tls_cert_file
         else None
+    )
+    auth = config.auth
+    admin_tls = (
+        ServerTls(TlsFiles(auth.admin_tls_cert_file, auth.admin_tls_key_file, auth.admin_tls_client_ca_file))
+        if auth.admin_tls_cert_file
+        else tls
     )
     async with contextlib.AsyncExitStack() as stack:
         stores = await stack.enter_async_context(open_stores(config.storage))
@@ -148,6 +173,14 @@ async def run_node(
             health_publish_interval_s=config.workers.health_publish_interval_s,
             on_hints=hints.receive if hints is not None else lambda _msg: None,
         )
+        keys = DurableKeys(shared.keys, _key_store(config, stores))
+        stack.callback(keys.close)
+        stack.push_async_callback(keys.flush_at_exit)  # unwound after the supervisor, before the stores close
+        if keys.durable:  # before serving: after a full-cluster restart the keys come from here
+            try:
+                await keys.load()
+            except StorageError as exc:
+                log.warning("key store: cannot load the API keys at start (%s); retrying in the background", exc)
         models: list[ServedModel] = []  # filled once loaded, before HTTP serves
 
         def policy_for(role: str, model: str | None) -> RoutingPolicy:
@@ -167,6 +200,7 @@ async def run_node(
                 VllmGrpcClient,
                 generate_transport=config.workers.generate_transport,
                 channel=ChannelConfig.from_pool(config.workers),
+                policy=config.workers.network_policy,
             ),
             policies=policy_for,
             policy_name=routing.policy,
@@ -202,6 +236,7 @@ async def run_node(
         pool.start()
         supervisor.spawn(lag_monitor.run(), name="loop-lag")  # the health checks read it from the start
         supervisor.spawn(run_ticker(shared, hints), name="cluster-state")
+        supervisor.spawn(keys.run(), name="key-store")
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
 
@@ -211,7 +246,12 @@ async def run_node(
             if not any(m.answers_to(name) for m in models):
                 log.warning("--model-policy names %r, which is not a served model: ignored", name)
         telemetry = config.telemetry
-        metrics = NodeMetrics(pool, multiproc_dir=telemetry.metrics_dir, process_index=config.cluster.process_index)
+        metrics = NodeMetrics(
+            pool,
+            multiproc_dir=telemetry.metrics_dir,
+            process_index=config.cluster.process_index,
+            max_tenants=telemetry.metrics_max_tenants,
+        )
         if telemetry.metrics_dir:
             supervisor.spawn(metrics.run_snapshots(), name="metrics-snapshots")
         tracing = None
@@ -236,12 +276,19 @@ async def run_node(
             failures = metrics.auth_failures
             jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
             middlewares.append(
-                auth_middleware(authenticator, jwt=jwt, on_failure=lambda f: failures.labels(f.reason).inc())
+                auth_middleware(
+                    authenticator,
+                    jwt=jwt,
+                    certs=CertIdentities(config.auth.client_cert_rules),
+                    on_failure=lambda f: failures.labels(f.reason).inc(),
+                )
             )
             middlewares.append(limits_middleware(shared.limiter, shared.tenant_limits))
         else:
             log.warning("authentication is off: anyone who reaches %s may call every route", config.http.host)
-        gate = ConnectionGate(_connection_limits(config.http), clock=asyncio.get_running_loop().time)
+        gate = ConnectionGate(
+            _connection_limits(config.http), clock=asyncio.get_running_loop().time, rate=_connection_rate(config.http)
+        )
         metrics.watch_connections(gate)
         app = build_app(
             # Outermost: the connection gate marks when a connection starts a request.
@@ -266,11 +313,13 @@ async def run_node(
         if mesh is not None:
             add_mesh_routes(admin, mesh)
         add_worker_routes(admin, pool, shared.registry)
-        add_key_routes(admin, shared.keys)
+        add_key_routes(admin, keys)
         add_limit_routes(admin, shared.tenant_limits)
         app.on_response_prepare.append(add_rate_headers)
         add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh, limiter=shared.limiter)
-        admin_url = await _serve_admin(stack, admin, config.auth.admin_addr) if admin is not app else None
+        admin_url = None
+        if admin is not app:
+            admin_url = await _serve_admin(stack, admin, config.auth.admin_addr, admin_tls)
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
@@ -298,6 +347,7 @@ async def run_node(
             mesh=mesh,
             tls=tls,
             admin_url=admin_url,
+            admin_tls=admin_tls if admin_url is not None else None,
         )
         if mesh is not None:
             publish_http_addr(mesh, config.cluster, f"{host}:{port}")
@@ -309,24 +359,34 @@ async def run_node(
         yield node
 
 
+def _key_store(config: NodeConfig, stores: Stores) -> KeyStore | None:
+    """Where the API keys are kept durably: the shared history backend, else the node's --keys-file."""
+    if stores.keys is not None:
+        return stores.keys
+    return FileKeyStore(config.auth.keys_file) if config.auth.keys_file else None
+
+
 def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
     drain.start(leave=functools.partial(leave_mesh, mesh) if mesh is not None else None)
     log.info("closing the HTTP listener; in-flight requests have %.0f s to finish", timeout_s)
 
 
-async def _serve_admin(stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None) -> str:
-    """Serve the admin application on ``addr`` until the stack unwinds; returns its URL (plain HTTP: an
-    operator network, like the mesh's)."""
+async def _serve_admin(
+    stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None, tls: ServerTls | None
+) -> str:
+    """Serve the admin application on ``addr`` until the stack unwinds; returns its URL. HTTPS with ``tls``
+    (its live context: a reload reaches new handshakes), else plain HTTP (an operator network)."""
     assert addr is not None
     runner = web.AppRunner(admin, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
-    site = web.TCPSite(runner, addr[0], addr[1])
+    site = web.TCPSite(runner, addr[0], addr[1], ssl_context=tls.context if tls is not None else None)
     await site.start()
     port = int(runner.addresses[0][1])
     host = addr[0] if ":" not in addr[0] else f"[{addr[0]}]"
-    log.info("admin API on http://%s:%d", host, port)
-    return f"http://{host}:{port}"
+    url = f"{'https' if tls is not None else 'http'}://{host}:{port}"
+    log.info("admin API on %s", url)
+    return url
 
 
 async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:

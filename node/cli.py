@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from node import configload
-from node.config import NODE_SECTIONS, HttpConfig, LogConfig, NodeConfig
+from node.config import NODE_SECTION_TITLES, NODE_SECTIONS, HttpConfig, LogConfig, NodeConfig
 from node.logs import setup_logging
 
 log = logging.getLogger("smg-node")
@@ -31,7 +31,9 @@ T = TypeVar("T")
 DEMO_WORKERS = 2
 # The node's own join gives up after the mesh's join_timeout_s (30 s); a little longer lets its answer arrive.
 JOIN_WAIT_S = 35.0
-CONFIG_HELP = "YAML file of config keys, by section (http: {port: 8000}) or flat (flags and env override it)"
+CONFIG_HELP = (
+    "YAML file of config keys, by section (http: {port: 8000}) or flat; flags and env override it [default: none]"
+)
 
 
 def load_sections(
@@ -141,7 +143,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 count=count,
                 grace_s=config.http.drain_timeout_s,
                 # the children reload the mesh key file and the TLS certificate on SIGHUP
-                hangup=bool(config.cluster.mesh_key_file or config.http.tls_cert_file),
+                hangup=bool(
+                    config.cluster.mesh_key_file or config.http.tls_cert_file or config.auth.admin_tls_cert_file
+                ),
                 metrics_dir=shared_metrics,
             )
             return group.run()
@@ -163,8 +167,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             for node in serving:
                 if node.tls is not None:
                     node.tls.reload()
+                if node.admin_tls is not None and node.admin_tls is not node.tls:
+                    node.admin_tls.reload()
 
-        if hangup.path or config.http.tls_cert_file:
+        if hangup.path or config.http.tls_cert_file or config.auth.admin_tls_cert_file:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hangup)
         async with run_node(config) as node:
             serving.append(node)
@@ -221,23 +227,40 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = load_node_config(args, model_path=(str(model_dir),))
     setup_logging(config.log)
 
+    async def start_workers(sims: Sequence[SimWorker], sim: SimWorkerConfig) -> None:
+        # One load for every simulated worker: the folder and vocabulary are read-only, and each load of a
+        # 128k-token tokenizer costs a second or two of the demo's time to first answer.
+        sim_model = await asyncio.to_thread(load_sim_model, sim)
+        for worker in sims:
+            await worker.start(sim_model)
+
     async def main(stop: asyncio.Event) -> None:
         async with contextlib.AsyncExitStack() as stack:
-            ports = []
             sim = SimWorkerConfig(port=0, model_path=str(model_dir))
-            # One load for every simulated worker: the folder and vocabulary are read-only, and each load of a
-            # 128k-token tokenizer costs a second or two of the demo's time to first answer.
-            sim_model = await asyncio.to_thread(load_sim_model, sim)
-            for _ in range(args.workers):
-                worker = await stack.enter_async_context(SimWorker(sim, sim_model))
-                ports.append(worker.port)
+            sims = [SimWorker(sim) for _ in range(args.workers)]
+            for worker in sims:
+                stack.push_async_callback(worker.aclose)
+            # Bound now, started once their model is loaded: the node starts (and loads its own model) meanwhile,
+            # and its first health checks wait in the workers' backlog rather than failing and waiting an
+            # interval. Loading the two models one after the other was a third of the time to first answer.
+            ports = [worker.bind() for worker in sims]
+            starting = asyncio.create_task(start_workers(sims, sim))
+            stack.push_async_callback(_cancelled, starting)  # unwound before the workers close
             urls = tuple(f"grpc://127.0.0.1:{p}" for p in ports)
             workers = dataclasses.replace(config.workers, workers=(*config.workers.workers, *urls))
             node = await stack.enter_async_context(run_node(dataclasses.replace(config, workers=workers)))
+            await starting
             print(_demo_banner(node.url, node.model.name, ports), flush=True)
             await stop.wait()
 
     return _run(main)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it to end (its own failure is already reported, or moot)."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 def _demo_banner(url: str, model: str, ports: Sequence[int]) -> str:
@@ -500,35 +523,56 @@ def _roles_text(roles: dict[str, str]) -> str:
     return ",".join(f"{key}={value}" if value else key for key, value in roles.items())
 
 
+def _general_group(command: argparse.ArgumentParser) -> Any:
+    """The first group of a command's help (its -h and --config), so no option is left under argparse's
+    anonymous "options"."""
+    general = command.add_argument_group("General")
+    general.add_argument("-h", "--help", action="help", help="show this help and exit")
+    return general
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smg-node", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run a gateway node in front of gRPC workers")
-    serve.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    serve = sub.add_parser("serve", help="run a gateway node in front of gRPC workers", add_help=False)
+    general = _general_group(serve)
+    general.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     # Set by `serve --processes N` on its children (node/processes.py): they exit when their supervisor dies.
     serve.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
-    for cls in NODE_SECTIONS.values():
-        configload.add_arguments(serve, cls, group=cls.__name__)
+    for section, cls in NODE_SECTIONS.items():
+        title = NODE_SECTION_TITLES[section]
+        configload.add_arguments(serve, cls, group=title, description=f"(config file section: {section})")
     serve.set_defaults(func=cmd_serve)
 
     from node.sim.config import SimWorkerConfig
 
-    sim = sub.add_parser("sim-worker", help="run a simulated GPU engine serving vllm.grpc.engine.VllmEngine")
-    sim.add_argument("--config", metavar="FILE", help=f"{CONFIG_HELP}; sections: {', '.join(_sim_sections())}")
-    configload.add_arguments(sim, SimWorkerConfig)
-    configload.add_arguments(sim, LogConfig, group="logging")
+    sim = sub.add_parser(
+        "sim-worker", help="run a simulated GPU engine serving vllm.grpc.engine.VllmEngine", add_help=False
+    )
+    sim_general = _general_group(sim)
+    sim_general.add_argument("--config", metavar="FILE", help=f"{CONFIG_HELP}; sections: {', '.join(_sim_sections())}")
+    sim_sections = {cls: name for name, cls in _sim_sections().items()}
+    for cls, title in ((SimWorkerConfig, "Simulated engine"), (LogConfig, "Logging")):
+        configload.add_arguments(sim, cls, group=title, description=f"(config file section: {sim_sections[cls]})")
     sim.set_defaults(func=cmd_sim_worker)
 
     from node.models.prepare import FAMILIES
 
-    demo = sub.add_parser("demo", help="a local node with simulated workers: the quickest way to try smg-node")
-    demo.add_argument("--config", metavar="FILE", help=f"{CONFIG_HELP} (as for serve)")
-    configload.add_arguments(demo, HttpConfig, group="HTTP", only=("host", "port"))
-    demo.add_argument("--workers", type=int, default=DEMO_WORKERS, help="simulated workers to start")
-    demo.add_argument("--family", choices=FAMILIES, default="llama3", help="tokenizer and chat template")
-    configload.add_arguments(demo, LogConfig, group="logging")
+    demo = sub.add_parser(
+        "demo", help="a local node with simulated workers: the quickest way to try smg-node", add_help=False
+    )
+    _general_group(demo).add_argument("--config", metavar="FILE", help=f"{CONFIG_HELP} (as for serve)")
+    configload.add_arguments(demo, HttpConfig, group="Listening", only=("host", "port"))
+    simulated = demo.add_argument_group("Simulated workers")
+    simulated.add_argument(
+        "--workers", type=int, default=DEMO_WORKERS, help=f"simulated workers to start [default: {DEMO_WORKERS}]"
+    )
+    simulated.add_argument(
+        "--family", choices=FAMILIES, default="llama3", help="tokenizer and chat template [default: llama3]"
+    )
+    configload.add_arguments(demo, LogConfig, group="Logging")
     demo.set_defaults(func=cmd_demo)
 
     join = sub.add_parser("join", help="ask a running node to join the cluster of PEER (its mesh host:port)")

@@ -95,6 +95,28 @@ class HttpConfig:
             "disconnected (its generation is aborted)"
         },
     )
+    # Per-address connection rate (node/http/connection_rate.py). Clients and load balancers reuse connections,
+    # so 200/s sustained (a burst of 1,000) is far above them; an L7 proxy that opens one upstream connection
+    # per request goes in connection_rate_exempt (loopback is there: sidecars and local probes connect from it,
+    # and no remote client can send from it).
+    connection_rate_per_s: float = field(
+        default=200.0,
+        metadata={
+            "help": "new connections per second one client address (IPv6: one /64) may open, sustained; past "
+            "it (and the burst) a connection is answered 429 and closed (0 = no limit)"
+        },
+    )
+    connection_rate_burst: int = field(
+        default=1000, metadata={"help": "connections one client address may open at once above the rate"}
+    )
+    connection_rate_exempt: tuple[str, ...] = field(
+        default=("127.0.0.0/8", "::1/128"),
+        metadata={
+            "help": "CIDRs whose connections are never rate limited, e.g. a proxy in front that opens a "
+            "connection per request (default: loopback)",
+            "metavar": "CIDR",
+        },
+    )
 
     tls_cert_file: str = field(
         default="",
@@ -115,6 +137,10 @@ class HttpConfig:
             raise ValueError(f"max_connections must be >= 0, got {self.max_connections}")
         for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "write_timeout_s"):
             _positive(name, getattr(self, name))
+        if not 0 <= self.connection_rate_per_s < float("inf"):
+            raise ValueError(f"connection_rate_per_s must be >= 0 and finite, got {self.connection_rate_per_s}")
+        _positive("connection_rate_burst", self.connection_rate_burst)
+        parse_networks(self.connection_rate_exempt, "connection_rate_exempt")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together")
         if self.tls_client_ca_file and not self.tls_cert_file:
@@ -290,8 +316,8 @@ class WorkerPoolConfig:
     worker_allowed_networks: tuple[str, ...] = field(
         default=(),
         metadata={
-            "help": "CIDRs worker IP addresses must lie in (default: anywhere but link-local/metadata ranges, "
-            "which only a network listed here inside them opens)",
+            "help": "CIDRs worker IP addresses, and every address a worker's name resolves to, must lie in "
+            "(default: anywhere but link-local/metadata ranges, which only a network listed here inside them opens)",
             "metavar": "CIDR",
         },
     )
@@ -445,6 +471,11 @@ class RequestLimits:
         return max(1, total // max(1, choices))
 
 
+#: Tenants named in the metrics' tenant label; later new ones count as OTHER_TENANT (node/metrics.py).
+DEFAULT_METRICS_MAX_TENANTS: Final = 100
+MAX_METRICS_TENANTS: Final = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class TelemetryConfig:
     """Traces, the access log, and how sibling processes (``--processes``) share one /metrics."""
@@ -464,6 +495,14 @@ class TelemetryConfig:
     access_log: bool = field(
         default=True, metadata={"help": "log one line per HTTP request (logger node.access, level info)"}
     )
+    metrics_max_tenants: int = field(
+        default=DEFAULT_METRICS_MAX_TENANTS,
+        metadata={
+            "help": "tenants named in the tenant label of smg_node_tenant_requests / _tokens: the first this many "
+            "distinct tenants a process sees keep their name, later ones count as ':other' (a name no tenant can "
+            f"have); bounds the series a client can make. 0: no tenant metrics. At most {MAX_METRICS_TENANTS}"
+        },
+    )
     metrics_dir: str = field(
         default="",
         metadata={
@@ -474,6 +513,8 @@ class TelemetryConfig:
     )
 
     def __post_init__(self) -> None:
+        if not 0 <= self.metrics_max_tenants <= MAX_METRICS_TENANTS:
+            raise ValueError(f"metrics_max_tenants must be in 0..{MAX_METRICS_TENANTS}, got {self.metrics_max_tenants}")
         if not 0.0 <= self.trace_sample_ratio <= 1.0:
             raise ValueError(f"trace_sample_ratio must be in [0, 1], got {self.trace_sample_ratio}")
         if self.otlp_traces_endpoint and urlsplit(self.otlp_traces_endpoint).scheme not in ("http", "https"):
@@ -501,24 +542,35 @@ class NodeConfig:
 
     The list of components is written here once: each field is a component, its name the component's YAML
     section (``http: {port: 8000}``) and its type the component's config class (NODE_SECTIONS). Fields are
-    in the order ``serve --help`` shows their flag groups.
+    in the order ``serve --help`` shows their flag groups, each under its ``title``: what the options are for, in
+    an operator's words (never the class name).
     """
 
-    http: HttpConfig
-    model: ModelConfig
-    workers: WorkerPoolConfig
-    routing: RoutingConfig = field(default_factory=RoutingConfig)
-    tokenizer_cache: TokenizerCacheConfig = field(default_factory=TokenizerCacheConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    storage: StorageConfig = field(default_factory=StorageConfig)
-    api: ApiConfig = field(default_factory=ApiConfig)
-    auth: AuthConfig = field(default_factory=AuthConfig)
-    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
-    retry: RetryConfig = field(default_factory=RetryConfig)
-    limits: RequestLimits = field(default_factory=RequestLimits)
-    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
-    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
-    log: LogConfig = field(default_factory=LogConfig)
+    http: HttpConfig = field(metadata={"title": "Listening, connections and TLS"})
+    model: ModelConfig = field(metadata={"title": "Models and output parsers"})
+    workers: WorkerPoolConfig = field(metadata={"title": "Workers: connections and health"})
+    routing: RoutingConfig = field(
+        default_factory=RoutingConfig, metadata={"title": "Routing: which worker serves a request"}
+    )
+    tokenizer_cache: TokenizerCacheConfig = field(
+        default_factory=TokenizerCacheConfig, metadata={"title": "Tokenizer caches"}
+    )
+    cluster: ClusterConfig = field(default_factory=ClusterConfig, metadata={"title": "Mesh: the cluster of nodes"})
+    storage: StorageConfig = field(
+        default_factory=StorageConfig, metadata={"title": "History storage (Responses API, conversations)"}
+    )
+    api: ApiConfig = field(default_factory=ApiConfig, metadata={"title": "Tenants"})
+    auth: AuthConfig = field(default_factory=AuthConfig, metadata={"title": "Authentication: API keys and JWT"})
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig, metadata={"title": "Deadlines"})
+    retry: RetryConfig = field(default_factory=RetryConfig, metadata={"title": "Retries"})
+    limits: RequestLimits = field(default_factory=RequestLimits, metadata={"title": "Limits on requests"})
+    discovery: DiscoveryConfig = field(
+        default_factory=DiscoveryConfig, metadata={"title": "Worker discovery (DNS, Kubernetes)"}
+    )
+    telemetry: TelemetryConfig = field(
+        default_factory=TelemetryConfig, metadata={"title": "Observability: traces and access log"}
+    )
+    log: LogConfig = field(default_factory=LogConfig, metadata={"title": "Logging"})
 
     def __post_init__(self) -> None:
         """Raises AuthConfigError (a ValueError) for an open node on a non-loopback address (see AuthConfig)."""
@@ -526,6 +578,15 @@ class NodeConfig:
         admin = self.auth.admin_addr
         if admin is not None:
             self.auth.enforced(admin[0])
+        if self.auth.client_cert_identity and not (self.http.tls_client_ca_file or self.auth.admin_tls_client_ca_file):
+            raise ValueError(
+                "client_cert_identity needs mutual TLS: --tls-client-ca-file or --admin-tls-client-ca-file"
+            )
+        if self.auth.keys_file and self.storage.backend != "memory":
+            raise ValueError(
+                f"keys_file: the API keys are kept in the {self.storage.backend} history backend; "
+                "--keys-file is for the memory backend"
+            )
 
 
 def _sections(config: type[object]) -> Mapping[str, type[object]]:
@@ -535,3 +596,7 @@ def _sections(config: type[object]) -> Mapping[str, type[object]]:
 
 #: YAML section name -> component config class, derived from NodeConfig's fields.
 NODE_SECTIONS: Final[Mapping[str, type[object]]] = _sections(NodeConfig)
+#: YAML section name -> the title of its group of flags in ``serve --help``.
+NODE_SECTION_TITLES: Final[Mapping[str, str]] = MappingProxyType(
+    {f.name: str(f.metadata["title"]) for f in dataclasses.fields(NodeConfig)}
+)

@@ -123,11 +123,16 @@ def convert(key: str, tp: Any, raw: Any) -> Any:
 
 
 def add_arguments(
-    parser: argparse.ArgumentParser, cls: type[Any], *, group: str | None = None, only: Sequence[str] | None = None
+    parser: argparse.ArgumentParser,
+    cls: type[Any],
+    *,
+    group: str | None = None,
+    description: str | None = None,
+    only: Sequence[str] | None = None,
 ) -> None:
-    """Add one flag per field of ``cls`` (or of the fields named in ``only``). Flags default to None so that
-    'not given' is distinguishable."""
-    target: Any = parser.add_argument_group(group) if group else parser
+    """Add one flag per field of ``cls`` (or of the fields named in ``only``), under the help title ``group``
+    (with ``description`` below it). Flags default to None so that 'not given' is distinguishable."""
+    target: Any = parser.add_argument_group(group, description) if group else parser
     hints = _hints(cls)
     for field in _fields(cls):
         if field.metadata.get("cli") is False or (only is not None and field.name not in only):

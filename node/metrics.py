@@ -13,11 +13,13 @@ from prometheus_client.registry import Collector
 
 from mesh import Mesh
 from node.cluster.state import SharedState
+from node.config import DEFAULT_METRICS_MAX_TENANTS
 from node.http.connections import CLOSE_REASONS, ConnectionGate
 from node.pipeline.events import Usage
 from node.pipeline.tokenizer import Tokenizer
 from node.routing.cache_aware import CacheAware
 from node.telemetry import multiproc, record
+from node.telemetry.buffered import BufferedCounter, BufferedHistogram, flush_all
 from node.telemetry.tally import RequestTally
 from node.workers.breaker import CIRCUIT_STATES
 from node.workers.pool import WorkerPool
@@ -231,6 +233,8 @@ TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(7) for m in (1, 2, 5))
 #: churning through many short-lived workers) are counted under "other", so the series count stays bounded.
 MAX_WORKER_LABELS = 256
 OTHER_WORKER = "other"
+#: The tenant label of tenants past --metrics-max-tenants: tenants cannot contain ':', so no tenant is named so.
+OTHER_TENANT = ":other"
 
 
 class _BoundedLabel:
@@ -291,6 +295,12 @@ class _ConnectionCollector(Collector):
             "Connections refused with a 503 at the cap while every open one was busy.",
             value=gate.refused,
         )
+        yield CounterMetricFamily(
+            "smg_node_http_connections_rate_limited",
+            "Connections refused with a 429: their client address opened connections faster than "
+            "--connection-rate-per-s (and its burst).",
+            value=gate.rate_limited,
+        )
         closed = CounterMetricFamily(
             "smg_node_http_connections_closed",
             "Connections the node closed: header, body or write timeout, or evicted at the cap for a new one.",
@@ -304,6 +314,9 @@ class _ConnectionCollector(Collector):
 #: Label combinations whose metric children are kept at hand (``labels()`` costs microseconds per call); past
 #: it a request's children are looked up each time. Labels are bounded, this bounds the memory of the shortcut.
 MAX_CACHED_SERIES = 4096
+#: With ``--processes N``: the longest a finished request's counts wait before the shared files (and so any
+#: sibling's scrape) hold them; the updates of that interval are written together (node/telemetry/buffered.py).
+FLUSH_DELAY_S = 0.1
 
 
 class _Series:
@@ -321,16 +334,17 @@ class _Series:
     )
 
     def __init__(self, m: NodeMetrics, route: str, model: str, code: str, worker: str) -> None:
-        self.requests = m.requests.labels(route, code)
-        self.duration = m.duration.labels(model, route, code)
+        dirty = m.dirty
+        self.requests = BufferedCounter(m.requests.labels(route, code), dirty)
+        self.duration = BufferedHistogram(m.duration.labels(model, route, code), dirty)
         if not worker:  # a request no worker served has no per-worker series (none made, none exported)
             return
-        self.worker_requests = m.worker_requests.labels(worker, code)
-        self.queue = m.queue.labels(model, route)
-        self.ttft = m.ttft.labels(model, route, worker)
-        self.tpot = m.tpot.labels(model, worker)
-        self.prompt_tokens = m.request_tokens.labels(model, route, "prompt")
-        self.generation_tokens = m.request_tokens.labels(model, route, "generation")
+        self.worker_requests = BufferedCounter(m.worker_requests.labels(worker, code), dirty)
+        self.queue = BufferedHistogram(m.queue.labels(model, route), dirty)
+        self.ttft = BufferedHistogram(m.ttft.labels(model, route, worker), dirty)
+        self.tpot = BufferedHistogram(m.tpot.labels(model, worker), dirty)
+        self.prompt_tokens = BufferedHistogram(m.request_tokens.labels(model, route, "prompt"), dirty)
+        self.generation_tokens = BufferedHistogram(m.request_tokens.labels(model, route, "generation"), dirty)
 
 
 class NodeMetrics:
@@ -341,8 +355,18 @@ class NodeMetrics:
     must then call ``snapshot()`` every SNAPSHOT_INTERVAL_S (``run_snapshots``).
     """
 
-    def __init__(self, pool: WorkerPool, *, multiproc_dir: str = "", process_index: int = 0) -> None:
+    def __init__(
+        self,
+        pool: WorkerPool,
+        *,
+        multiproc_dir: str = "",
+        process_index: int = 0,
+        max_tenants: int = DEFAULT_METRICS_MAX_TENANTS,
+    ) -> None:
         self.registry = CollectorRegistry()
+        # Per-request updates waiting for ``flush`` (node/telemetry/buffered.py): at scrape, at each snapshot.
+        self.dirty: list[BufferedCounter | BufferedHistogram] = []
+        self._flush_due = False  # multiprocess mode: a flush is scheduled
         self._multiproc_dir = multiproc_dir
         self._process_index = process_index
         if multiproc_dir:
@@ -365,9 +389,9 @@ class NodeMetrics:
             multiprocess_mode="livesum",
         )
         self.tokens = Counter("smg_node_tokens", "Tokens of answered requests.", ["kind"], registry=self.registry)
-        self.cached_tokens = self.tokens.labels("cached_prompt")
-        self.prompt_tokens = self.tokens.labels("prompt")
-        self.completion_tokens = self.tokens.labels("completion")
+        self.cached_tokens = BufferedCounter(self.tokens.labels("cached_prompt"), self.dirty)
+        self.prompt_tokens = BufferedCounter(self.tokens.labels("prompt"), self.dirty)
+        self.completion_tokens = BufferedCounter(self.tokens.labels("completion"), self.dirty)
         self.duration = Histogram(
             "smg_node_http_request_duration_seconds",
             "HTTP request duration from receipt to the last byte, by served model, route and status.",
@@ -418,6 +442,22 @@ class NodeMetrics:
         self._worker_label = _BoundedLabel(MAX_WORKER_LABELS, OTHER_WORKER)
         self.tally = RequestTally()  # this process's totals, for the status page
         self._series: dict[tuple[str, str, int, str], _Series] = {}
+        # Per tenant, bounded: the first ``max_tenants`` tenants keep their name (a key's tenant is chosen by an
+        # admin, but a trusted X-SMG-Tenant header or a JWT claim is not, so the label must not grow unbounded).
+        self._tenant_label = _BoundedLabel(max_tenants, OTHER_TENANT) if max_tenants else None
+        self._tenant_series: dict[tuple[str, int], tuple[BufferedCounter, BufferedCounter, BufferedCounter]] = {}
+        self.tenant_requests = Counter(
+            "smg_node_tenant_requests",
+            "HTTP requests by tenant and status (tenants past --metrics-max-tenants as ':other').",
+            ["tenant", "status"],
+            registry=self.registry,
+        )
+        self.tenant_tokens = Counter(
+            "smg_node_tenant_tokens",
+            "Tokens of requests by tenant and kind (prompt, completion; tenants past the bound as ':other').",
+            ["tenant", "kind"],
+            registry=self.registry,
+        )
         self.auth_failures = Counter(
             "smg_node_auth_failures",
             "Requests refused 401, by reason (missing, malformed, unknown, revoked, expired).",
@@ -448,6 +488,10 @@ class NodeMetrics:
 
     def observe(self, rec: record.RequestRecord, status: int, duration_s: float) -> None:
         """One finished request: its latency histograms, and its worker's counters when it reached one."""
+        if self._multiproc_dir and not self._flush_due:
+            # A sibling's scrape reads the shared files: they get this request within FLUSH_DELAY_S.
+            self._flush_due = True
+            asyncio.get_running_loop().call_later(FLUSH_DELAY_S, self.flush)
         self.tally.observe(status, rec.worker, rec.prompt_tokens, rec.cached_tokens)
         for failed, error_type in rec.worker_errors:
             self.worker_errors.labels(self._worker_label(failed), error_type).inc()
@@ -460,6 +504,8 @@ class NodeMetrics:
                 self._series[key] = series
         series.requests.inc()
         series.duration.observe(duration_s)
+        if rec.tenant and self._tenant_label is not None:
+            self._observe_tenant(self._tenant_label(rec.tenant), status, rec)
         if not worker:
             return
         series.worker_requests.inc()
@@ -473,8 +519,32 @@ class NodeMetrics:
             series.prompt_tokens.observe(rec.prompt_tokens)
             series.generation_tokens.observe(rec.completion_tokens)
 
+    def _observe_tenant(self, tenant: str, status: int, rec: record.RequestRecord) -> None:
+        key = (tenant, status)
+        series = self._tenant_series.get(key)
+        if series is None:
+            series = (
+                BufferedCounter(self.tenant_requests.labels(tenant, str(status)), self.dirty),
+                BufferedCounter(self.tenant_tokens.labels(tenant, "prompt"), self.dirty),
+                BufferedCounter(self.tenant_tokens.labels(tenant, "completion"), self.dirty),
+            )
+            if len(self._tenant_series) < MAX_CACHED_SERIES:
+                self._tenant_series[key] = series
+        requests, prompt, completion = series
+        requests.inc()
+        if rec.prompt_tokens:
+            prompt.inc(rec.prompt_tokens)
+        if rec.completion_tokens:
+            completion.inc(rec.completion_tokens)
+
+    def flush(self) -> None:
+        """Apply the pending per-request updates to the instruments (what a scrape reads)."""
+        self._flush_due = False
+        flush_all(self.dirty)
+
     def snapshot(self) -> None:
-        """Publish this process's view to its siblings (multiprocess mode only)."""
+        """Publish this process's view to its siblings (multiprocess mode only), pending updates first."""
+        self.flush()
         if self._multiproc_dir:
             multiproc.write_snapshot(self._multiproc_dir, self._process_index, self._labelled_view)
 
@@ -484,4 +554,5 @@ class NodeMetrics:
             await asyncio.sleep(multiproc.SNAPSHOT_INTERVAL_S)
 
     async def handle(self, request: web.Request) -> web.Response:
+        self.flush()
         return web.Response(body=generate_latest(self._served), content_type="text/plain", charset="utf-8")

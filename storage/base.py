@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from storage.errors import InvalidInput
+from storage.keys import KeyStore
 
 JsonObject = Mapping[str, object]
 Order = Literal["asc", "desc"]
@@ -221,7 +222,9 @@ class ConversationStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Stores:
-    """What open_stores() yields: both stores over one backend."""
+    """What open_stores() yields: both stores over one backend, and the API keys' durable copy on a shared
+    backend (None for memory: a node's own history is no place for cluster keys; see --keys-file)."""
 
     responses: ResponseStore
     conversations: ConversationStore
+    keys: KeyStore | None = None

@@ -48,6 +48,7 @@ from storage.base import (
 )
 from storage.config import StorageConfig
 from storage.errors import Conflict, InvalidInput, NotFound, StorageContended, StorageError, StorageUnavailable
+from storage.keys import StoredKey
 from storage.migrate import lock_key, migrate
 from storage.sweeper import OwnedTable, sweep_if_free, sweep_periodically
 
@@ -164,6 +165,7 @@ class _Database:
         self._retention = timedelta(seconds=config.retention_s)
         self._ready = False
         self._schema_lock = asyncio.Lock()
+        self.table_prefix = config.table_prefix
         self.swept = swept_tables(config.table_prefix)
         responses, conversations = self.swept
         self.responses, self.inputs = responses.owners, responses.children
@@ -651,6 +653,42 @@ def _log_sweeper_death(task: asyncio.Task[None]) -> None:
         )
 
 
+class PostgresKeyStore:
+    """API keys in ``{prefix}api_keys`` (storage/keys.py: a stored revocation is never undone)."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+        table = f"{db.table_prefix}api_keys"
+        self._sql_load = f"SELECT id, body::text, revoked_at FROM {table}"
+        # revoked_at: 0 -> the written time; non-zero -> the earliest non-zero time (never back to 0).
+        self._sql_put = (
+            f"INSERT INTO {table} AS k (id, body, revoked_at)"
+            " SELECT * FROM unnest($1::text[], $2::text[]::jsonb[], $3::float8[])"
+            " ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, updated_at = now(),"
+            " revoked_at = CASE WHEN k.revoked_at = 0 THEN EXCLUDED.revoked_at"
+            " WHEN EXCLUDED.revoked_at = 0 THEN k.revoked_at ELSE least(k.revoked_at, EXCLUDED.revoked_at) END"
+        )
+
+    async def load_keys(self) -> list[StoredKey]:
+        async def op(conn: Conn) -> list[StoredKey]:
+            rows = await conn.fetch(self._sql_load)
+            return [StoredKey(str(r[0]), codec.loads_object(r[1]), float(r[2])) for r in rows]
+
+        return await self._db.run(op)
+
+    async def put_keys(self, keys: Sequence[StoredKey]) -> None:
+        latest = {k.key_id: k for k in keys}  # one row per id: ON CONFLICT cannot touch a row twice
+        ids = list(latest)
+        bodies = [codec.dumps(latest[i].body) for i in ids]
+        revoked = [latest[i].revoked_at for i in ids]
+
+        async def op(conn: Conn) -> None:
+            await conn.execute(self._sql_put, ids, bodies, revoked)
+
+        if ids:
+            await self._db.run(op)
+
+
 @asynccontextmanager
 async def open_postgres_stores(
     config: StorageConfig, *, rng: random.Random | None = None, clock: Callable[[], float] = time.time
@@ -684,7 +722,7 @@ async def open_postgres_stores(
         )
         sweeper.add_done_callback(_log_sweeper_death)
         try:
-            yield Stores(PostgresResponseStore(db), PostgresConversationStore(db))
+            yield Stores(PostgresResponseStore(db), PostgresConversationStore(db), PostgresKeyStore(db))
         finally:
             sweeper.cancel()
             await asyncio.gather(sweeper, return_exceptions=True)

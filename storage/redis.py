@@ -43,6 +43,7 @@ from storage.base import (
 )
 from storage.config import StorageConfig
 from storage.errors import Conflict, InvalidInput, NotFound, StorageError, StorageUnavailable
+from storage.keys import StoredKey
 
 # Server replies that mean "not now" rather than "wrong request".
 _TRANSIENT_REPLIES = ("READONLY", "OOM", "MASTERDOWN", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN")
@@ -475,6 +476,45 @@ class RedisConversationStore:
             raise NotFound(f"item {item_id!r} not found in conversation {conversation_id!r}")
 
 
+# revoked_at of each id (storage/keys.py): set if absent or 0, else lowered; never back to 0.
+_PUT_KEYS = """
+for k = 1, #ARGV, 3 do
+  redis.call('HSET', KEYS[1], ARGV[k], ARGV[k + 1])
+  local new = tonumber(ARGV[k + 2])
+  local old = tonumber(redis.call('HGET', KEYS[2], ARGV[k]) or '0')
+  if new > 0 and (old == 0 or new < old) then redis.call('HSET', KEYS[2], ARGV[k], ARGV[k + 2]) end
+end
+return 'ok'
+"""
+
+
+class RedisKeyStore:
+    """API keys in two hashes, id -> body and id -> revoked_at, under ``{prefix}::`` (an empty tenant segment:
+    no tenant's key can collide). Without a TTL: keys are not history."""
+
+    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+        self._client = client
+        self._keys = [f"{prefix}::api_keys", f"{prefix}::api_keys_revoked"]
+        self._put = client.register_script(_PUT_KEYS)
+
+    async def load_keys(self) -> list[StoredKey]:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hgetall(self._keys[0])
+        pipe.hgetall(self._keys[1])
+        bodies, revoked = _seq(await _call(pipe.execute()))
+        try:
+            return [StoredKey(i, codec.loads_object(b), float(revoked.get(i) or 0)) for i, b in bodies.items()]
+        except (ValueError, TypeError) as exc:
+            raise StorageError(f"redis: unreadable API key record: {exc}") from exc
+
+    async def put_keys(self, keys: Sequence[StoredKey]) -> None:
+        args: list[str] = []
+        for key in keys:
+            args += (key.key_id, codec.dumps(key.body), repr(float(key.revoked_at)))
+        if args:
+            await _call(self._put(keys=self._keys, args=args))
+
+
 def redis_client(config: StorageConfig) -> aioredis.Redis:
     """A client that fails fast: bounded connect, command and pool-wait times, zero retries. The pool
     reconnects lazily, so after an outage the next call succeeds without rebuilding anything."""
@@ -499,6 +539,7 @@ async def open_redis_stores(config: StorageConfig) -> AsyncIterator[Stores]:
         yield Stores(
             RedisResponseStore(client, config.key_prefix, ttl_ms),
             RedisConversationStore(client, config.key_prefix, ttl_ms),
+            RedisKeyStore(client, config.key_prefix),
         )
     finally:
         await client.aclose()

@@ -1,9 +1,11 @@
 """Which role may call which route (a pure table, first match wins).
 
 ``admin`` may call everything; ``user`` the inference and history APIs (its own tenant's history: the tenant
-comes from the identity); ``reader`` status (``/status``, ``/status.json``) and metrics. ``/health`` stays
-open for liveness probes. A path
-no rule names needs any valid identity, so unknown paths answer 404 only to callers with credentials.
+comes from the identity); ``reader`` status (``/status.json``) and metrics. ``/health`` stays open for
+liveness probes, and so does the status page's HTML (``/``, ``/status``): it is the same static file for
+everyone and holds no data; it asks the operator for a reader key and sends it on its fetches of
+``/status.json``. A path no rule names needs any valid identity, so unknown paths answer 404 only to callers
+with credentials.
 """
 
 from __future__ import annotations
@@ -26,10 +28,17 @@ class Rule:
     methods: frozenset[str]
     #: Roles allowed; None: no credentials needed.
     roles: frozenset[Role] | None
+    #: The rule names one path, not a prefix of paths.
+    exact: bool = False
 
 
 def _rule(prefix: str, roles: frozenset[Role] | None, *methods: str) -> Rule:
     return Rule(prefix, frozenset(methods), roles)
+
+
+def _page(path: str) -> Rule:
+    """A static page anyone may load (it fetches its data with the operator's key)."""
+    return Rule(path, frozenset({"GET", "HEAD"}), None, exact=True)
 
 
 RULES: Final[tuple[Rule, ...]] = (
@@ -41,7 +50,8 @@ RULES: Final[tuple[Rule, ...]] = (
     _rule("/workers", ADMIN),
     _rule("/metrics", READER),
     _rule("/readiness", READER),
-    _rule("/status", READER, "GET", "HEAD"),  # the status page (node/http/status.py) and its JSON
+    _page("/"),  # the status page (node/http/status.py); its data is /status.json
+    _page("/status"),
     _rule("/status.json", READER, "GET", "HEAD"),
     _rule("/v1/", USER),
 )
@@ -50,7 +60,8 @@ RULES: Final[tuple[Rule, ...]] = (
 def allowed_roles(method: str, path: str) -> frozenset[Role] | None:
     """The roles that may call ``method path``; None if the route needs no credentials."""
     for rule in RULES:
-        if _matches(rule.prefix, path) and (not rule.methods or method in rule.methods):
+        matches = path == rule.prefix if rule.exact else _matches(rule.prefix, path)
+        if matches and (not rule.methods or method in rule.methods):
             return rule.roles
     return ANY
 

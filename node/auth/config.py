@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 from node.auth.algorithms import KEY_TYPES
+from node.auth.client_cert import CertRule
 from node.auth.keys import KeyFormatError, Role, parse_key
+from storage.errors import InvalidInput
+from storage.validation import check_tenant
 
 AuthMode = Literal["auto", "keys", "none"]
 
@@ -53,6 +56,34 @@ class AuthConfig:
             "then does not serve it. Empty: on the main port. Admin keys are required on both"
         },
     )
+    admin_tls_cert_file: str = field(
+        default="",
+        metadata={
+            "help": "PEM certificate (chain) of the --admin-bind listener (with --admin-tls-key-file); re-read on "
+            "SIGHUP. Empty: it serves the main listener's HTTPS (--tls-cert-file), or plain HTTP without one"
+        },
+    )
+    admin_tls_key_file: str = field(default="", metadata={"help": "unencrypted PEM key of --admin-tls-cert-file"})
+    admin_tls_client_ca_file: str = field(
+        default="",
+        metadata={"help": "PEM CA: admin clients must present a certificate it signed (with --admin-tls-cert-file)"},
+    )
+    keys_file: str = field(
+        default="",
+        metadata={
+            "help": "JSON file (mode 0600) keeping the API keys made with /admin/keys across restarts, for a node "
+            "with the memory history backend (with postgres or redis they are kept there); every node writes "
+            "all the cluster's keys to its own file. Empty: keys live in the cluster's memory only"
+        },
+    )
+    client_cert_identity: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "with mutual TLS (--tls-client-ca-file): a verified client certificate is an identity when "
+            "the request carries no key or token; KIND:VALUE=TENANT:ROLE (repeatable, first match wins), KIND "
+            "cn (subject CN), dns or uri (a subject alternative name), e.g. uri:spiffe://prod/sa/api=billing:user"
+        },
+    )
     jwt_issuer: str = field(
         default="",
         metadata={
@@ -86,6 +117,12 @@ class AuthConfig:
             host, _, port = self.admin_bind.rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"admin_bind: expected host:port, got {self.admin_bind!r}")
+        if bool(self.admin_tls_cert_file) != bool(self.admin_tls_key_file):
+            raise ValueError("admin_tls_cert_file and admin_tls_key_file go together")
+        if self.admin_tls_cert_file and not self.admin_bind:
+            raise ValueError("admin_tls_cert_file: only for the admin API's own listener (admin_bind)")
+        if self.admin_tls_client_ca_file and not self.admin_tls_cert_file:
+            raise ValueError("admin_tls_client_ca_file needs admin_tls_cert_file and admin_tls_key_file")
         bad = [a for a in self.jwt_algorithms if a not in KEY_TYPES]
         if bad:
             raise ValueError(
@@ -99,6 +136,11 @@ class AuthConfig:
             raise ValueError("jwt_jwks_url needs jwt_issuer (tokens' 'iss' is always checked)")
         if self.jwt_leeway_s < 0 or self.jwt_jwks_refresh_s <= 0:
             raise ValueError("jwt_leeway_s must be >= 0 and jwt_jwks_refresh_s > 0")
+        for rule in self.client_cert_rules:
+            try:
+                check_tenant(rule.tenant)
+            except InvalidInput as exc:
+                raise ValueError(f"client_cert_identity: tenant {rule.tenant!r}: {exc}") from None
         if self.auth_bootstrap_key and self.auth_bootstrap_key_file:
             raise ValueError("auth_bootstrap_key: give the key by file or by environment, not both")
         if self.auth_bootstrap_key:
@@ -115,6 +157,11 @@ class AuthConfig:
         return host.strip("[]"), int(port)
 
     @property
+    def client_cert_rules(self) -> tuple[CertRule, ...]:
+        """Raises ValueError for a malformed rule."""
+        return tuple(CertRule.parse(text) for text in self.client_cert_identity)
+
+    @property
     def jwt_enabled(self) -> bool:
         return bool(self.jwt_issuer)
 
@@ -129,7 +176,7 @@ class AuthConfig:
             return True
         if self.auth == "none":
             return False
-        if self.has_bootstrap or self.jwt_enabled:
+        if self.has_bootstrap or self.jwt_enabled or self.client_cert_identity:
             return True
         if is_loopback(host):
             return False

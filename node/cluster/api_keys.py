@@ -2,15 +2,18 @@
 a revocation reaches every node within a gossip round or two (measured: see README "Authentication").
 
 Where keys live: in the mesh's replicated state (``mesh.state`` registry ``api_keys``), in memory on every
-node. Entries outlive the node that wrote them and a joining node receives them all in its join push-pull.
-They are *not* written to the history store: a full-cluster restart forgets keys created through the admin
-API (the bootstrap key, which is config, survives). Persisting them belongs with a store that every backend
-implements; until then, re-create keys after a full restart (README says so).
+node, and durably in a key store when one is configured (node/cluster/key_store.py: the Postgres or Redis
+history backend, or a node's --keys-file), so a full-cluster restart keeps them. The replicated table is
+what requests are checked against; the store is what a node starting with an empty table loads from.
 
 Revocation writes a *revoked record* (last-writer-wins by the registry's hybrid clock) instead of removing
 the entry: a removal is a tombstone forgotten after ``tombstone_ttl_s``, after which a node that missed it
 (a long partition) could bring the key back; a revoked record can never be overtaken by the older create.
 Revoked records count toward MAX_KEYS.
+
+Revocations win: a node that has seen a key revoked never takes it back to live. A live record of it
+arriving later (a node restarted from a stale keys file wrote it with a newer clock) leaves the key revoked
+here and is answered by writing the revocation again, which then wins everywhere.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class ApiKeyTable:
         self._state = state
         self._clock = clock
         self._cache: dict[str, KeyRecord] = {}
+        self._listeners: list[Callable[[KeyRecord], None]] = []
         self._unsubscribe = state.subscribe(self._on_change)
         self._reload()
 
@@ -65,8 +69,27 @@ class ApiKeyTable:
             self._cache.pop(key_id, None)
 
     def _on_change(self, change: Change) -> None:
-        if change.kind == "entry" and change.table == KEYS_TABLE:
-            self._cache_one(change.key, change.value)
+        if change.kind != "entry" or change.table != KEYS_TABLE:
+            return
+        held = self._cache.get(change.key)
+        if held is not None and held.revoked_at:
+            record = KeyRecord.from_json(change.value) if change.value is not None else None
+            if record is None or not record.revoked_at:
+                self._write(held)  # revocations win (module docstring): assert it again, newer than that write
+            return
+        self._cache_one(change.key, change.value)
+        now = self._cache.get(change.key)
+        if now is not None and now != held:
+            self._tell(now)
+
+    def listen(self, callback: Callable[[KeyRecord], None]) -> Callable[[], None]:
+        """Call ``callback(record)`` whenever a key's record changes here (written here or by a peer)."""
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
+
+    def _tell(self, record: KeyRecord) -> None:
+        for callback in list(self._listeners):
+            callback(record)
 
     def get(self, key_id: str) -> KeyRecord | None:
         return self._cache.get(key_id)
@@ -83,8 +106,22 @@ class ApiKeyTable:
         expires_at: float = 0.0,
         limits: Limits = NO_LIMITS,
     ) -> tuple[str, KeyRecord]:
-        """A new key: (its full text, to be shown once, and its record). Raises TooManyKeys, ValueError for
-        a bad field."""
+        """A new key, written to the table: (its full text, to be shown once, and its record). Raises
+        TooManyKeys, ValueError for a bad field."""
+        text, record = self.mint(tenant=tenant, role=role, name=name, expires_at=expires_at, limits=limits)
+        self.put(record)
+        return text, record
+
+    def mint(
+        self,
+        *,
+        tenant: str,
+        role: Role,
+        name: str = "",
+        expires_at: float = 0.0,
+        limits: Limits = NO_LIMITS,
+    ) -> tuple[str, KeyRecord]:
+        """A new key not yet written (``put`` it). Raises TooManyKeys, ValueError for a bad field."""
         if len(self._cache) >= MAX_KEYS:
             raise TooManyKeys(f"the cluster holds {MAX_KEYS} keys (revoked ones included)")
         while True:
@@ -101,8 +138,27 @@ class ApiKeyTable:
             expires_at=expires_at,
             limits=limits,
         )
-        self._write(record)
         return text, record
+
+    def put(self, record: KeyRecord) -> None:
+        """Write a minted record. Raises TooManyKeys."""
+        if record.key_id not in self._cache and len(self._cache) >= MAX_KEYS:
+            raise TooManyKeys(f"the cluster holds {MAX_KEYS} keys (revoked ones included)")
+        self._write(record)
+
+    def merge(self, record: KeyRecord) -> bool:
+        """Take in a record from the durable store: a key unknown here is added; a revocation of a key live
+        here is applied (revocations win); anything else changes nothing. Returns whether it wrote."""
+        held = self._cache.get(record.key_id)
+        if held is None:
+            if len(self._cache) >= MAX_KEYS:
+                return False
+            self._write(record)
+            return True
+        if record.revoked_at and not held.revoked_at and record.digest == held.digest:
+            self._write(replace(held, revoked_at=record.revoked_at))
+            return True
+        return False
 
     def revoke(self, key_id: str) -> KeyRecord | None:
         """Revoke a key everywhere; returns its revoked record, or None for an unknown id. Revoking twice
@@ -118,4 +174,7 @@ class ApiKeyTable:
     def _write(self, record: KeyRecord) -> None:
         value: Json = record.to_json()  # type: ignore[assignment]  # plain JSON types
         self._state.add(KEYS_TABLE, record.key_id, value, self._clock())
+        changed = self._cache.get(record.key_id) != record
         self._cache[record.key_id] = record
+        if changed:
+            self._tell(record)

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import uuid
 from typing import Any, Protocol
 
 import msgspec
+
+from node.http.ids import random_hex
 
 #: Anthropic tool-use ids look like ``toolu_`` + 24 base62 characters; ours are ``toolu_`` + 24 hex digits.
 TOOL_ID_HEX_CHARS = 24
 
 
 def new_tool_id() -> str:
-    return "toolu_" + uuid.uuid4().hex[:TOOL_ID_HEX_CHARS]
+    return "toolu_" + random_hex()[:TOOL_ID_HEX_CHARS]
 
 
 def signature(thinking: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from typing import Any, Final
 
 import msgspec
@@ -23,6 +22,7 @@ from node.http.anthropic_request import chat_prompt, messages_request
 from node.http.anthropic_types import CountTokensRequest, MessagesRequest
 from node.http.envelopes import EdgeError
 from node.http.errors import REQUEST_LIMITS, read_json
+from node.http.ids import random_hex
 from node.http.middleware import context_of
 from node.http.sse import SseStream, open_stream
 from node.pipeline.events import ContentDelta, Finish, ReasoningDelta, ToolCallDelta, Usage
@@ -286,7 +286,7 @@ class Messages:
         pipeline = self._pipeline
         model = pipeline.model(req.model)
         neutral = messages_request(req)
-        rid = "msg_" + uuid.uuid4().hex
+        rid = "msg_" + random_hex()
         prepared = await pipeline.prepare(neutral, model, ctx, request_id=rid)
         run = pipeline.run(prepared, ctx)
         if req.stream:

@@ -9,9 +9,9 @@ Mapping onto the open model:
   ``tool``/``none`` are the pipeline's auto/required/named/none (``any`` and ``tool`` are held to a call by the
   engine constraint when Prepare has one: ``node.pipeline.prepare.tool_constraint``).
 - ``thinking`` sets the template's ``enable_thinking`` (enabled: true; disabled or omitted: false, as
-  Anthropic does not think unless asked; adaptive: the template's default). ``budget_tokens`` caps the
-  reasoning tokens: a model still thinking when it reaches the budget is cut there, stop_reason
-  ``max_tokens`` (the gateway cannot make the engine close the block and continue; see README).
+  Anthropic does not think unless asked; adaptive: the template's default). ``budget_tokens`` bounds the
+  reasoning tokens: a model still thinking when it reaches the budget has its block closed by the gateway and
+  answers on (the continue step, node/pipeline/continuation.py); see README.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The authentication middleware: the credential of every request to an identity, the route's roles checked.
 
 Credentials (API keys, or JWTs when an issuer is configured) come as ``Authorization: Bearer <key>``
-(OpenAI's clients) or ``x-api-key: <key>`` (Anthropic's).
+(OpenAI's clients) or ``x-api-key: <key>`` (Anthropic's). A request with neither, on a connection whose
+client certificate the TLS handshake verified (mutual TLS), runs as the certificate's identity when a
+configured rule maps it (node/auth/client_cert.py); a presented key or token always wins over it.
 Missing or bad credentials are 401 (with ``WWW-Authenticate: Bearer``), a valid identity without the route's
 role is 403; both raise the gateway's errors, which the error middleware renders in the API's envelope.
 The identity rides on the request (``IDENTITY``) for the tenant (node/http/tenancy.py) and the limits.
@@ -18,6 +20,7 @@ from aiohttp.typedefs import Middleware
 
 from node.auth.access import allowed_roles
 from node.auth.authenticator import ApiKeyAuthenticator, AuthFailure
+from node.auth.client_cert import CertIdentities, PeerCert
 from node.auth.identity import Identity
 from node.auth.jwt_auth import JwtAuthenticator
 from node.auth.jwt_verifier import looks_like_jwt
@@ -45,6 +48,7 @@ def auth_middleware(
     authenticator: ApiKeyAuthenticator,
     *,
     jwt: JwtAuthenticator | None = None,
+    certs: CertIdentities | None = None,
     on_failure: Callable[[AuthFailure], None] = lambda _f: None,
 ) -> Middleware:
     """API keys always; with ``jwt``, a bearer credential that is not a key of ours but looks like a JWT is
@@ -56,7 +60,11 @@ def auth_middleware(
         if roles is None:
             return await handler(request)
         credential = credential_of(request)
-        result = authenticator.authenticate(credential)
+        result: Identity | AuthFailure | None = None
+        if credential is None and certs:
+            result = certs.identity(_peer_cert(request))
+        if result is None:
+            result = authenticator.authenticate(credential)
         if jwt is not None and result == MALFORMED and credential and looks_like_jwt(credential):
             result = await jwt.authenticate(credential)
         if isinstance(result, AuthFailure):
@@ -71,3 +79,10 @@ def auth_middleware(
         return await handler(request)
 
     return authenticate
+
+
+def _peer_cert(request: web.Request) -> PeerCert | None:
+    """The client certificate the handshake verified (None on plain HTTP or without one)."""
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    return cert if isinstance(cert, dict) else None

@@ -15,7 +15,14 @@ lacks, and `ConnectionGate` (one per server) admits connections under a cap:
   cancelled, which closes the generation and aborts the worker request, as when a client disconnects;
 - cap: at ``max_connections`` a new connection replaces the one that has waited longest without a request (idle,
   or still sending its head); only when every connection is busy with a request is the new one refused with a
-  503. Both are counted (/metrics) and logged, at most one line per `CAP_LOG_INTERVAL_S`.
+  503. Both are counted (/metrics) and logged, at most one line per `CAP_LOG_INTERVAL_S`;
+- rate: a client address opening connections faster than its token bucket allows (``connection_rate``) is
+  answered 429 and closed; counted and logged likewise.
+
+The cap is applied when the connection is accepted (so HTTPS handshakes in progress count against it); the
+rate in `_Admission.connection_made`, the first place the peer's address is known (at the cap, a connection
+refused there may already have evicted a waiting one). An admitted connection's protocol is then switched to
+its `GuardedHandler`.
 
 Invariant: every connection this server accepted is either refused at once or counted in ``open`` until its
 ``connection_lost`` (or until it is evicted, whose socket closes on the next loop iteration).
@@ -37,6 +44,7 @@ from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.typedefs import Middleware
 
+from node.http.connection_rate import ConnectionRate
 from node.http.errors import error_body
 from node.http.protocol import EnvelopeRequestHandler
 
@@ -66,6 +74,11 @@ FD_HEADROOM = 512
 MAX_CONNECTIONS_CEILING = 16384
 #: The cap's log line (evictions, refusals) is written at most this often; /metrics counts every one.
 CAP_LOG_INTERVAL_S = 10.0
+#: An HTTPS handshake must finish within header_timeout_s (the TLS layer aborts it then); a connection whose
+#: protocol has not started this much later failed its handshake, and its place under the cap is given back.
+HANDSHAKE_SLACK_S = 1.0
+#: Addresses remembered between two rate-limit log lines (the line names the busiest three).
+RATE_LOG_ADDRESSES = 1024
 #: Reasons a connection is closed by us, as /metrics labels them.
 CLOSE_REASONS = ("header_timeout", "body_timeout", "write_timeout", "evicted")
 
@@ -77,6 +90,16 @@ _REFUSAL_BODY = error_body(
 REFUSAL_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
     b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(_REFUSAL_BODY), _REFUSAL_BODY)
+)
+_RATE_BODY = error_body(
+    "This address opens connections too fast; reuse connections (keep-alive) or retry shortly.",
+    "rate_limit_error",
+    code="connection_rate_exceeded",
+)
+#: The answer to a connection over its address's rate, likewise written before its request is read.
+RATE_LIMITED_RESPONSE = (
+    b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(_RATE_BODY), _RATE_BODY)
 )
 
 
@@ -105,10 +128,21 @@ class ConnectionLimits:
 class ConnectionGate:
     """Counts a server's open connections and admits new ones under the cap (evicting a waiting one first)."""
 
-    def __init__(self, limits: ConnectionLimits, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, limits: ConnectionLimits, clock: Callable[[], float], rate: ConnectionRate | None = None
+    ) -> None:
+        """``rate``: the per-address connection rate (None: not limited)."""
         self.limits = limits
         self.open = 0
         self.refused = 0
+        self.rate_limited = 0
+        self._rate = rate
+        # Admitted connections whose protocol has not started yet (an HTTPS handshake in progress), oldest first.
+        # A handshake that fails never reaches the protocol again (asyncio drops it silently), so its place is
+        # given back once the handshake deadline (header_timeout_s) and HANDSHAKE_SLACK_S have passed.
+        self._handshaking: dict[object, float] = {}
+        self._rate_logged_at: float | None = None
+        self._rate_unlogged: Counter[str] = Counter()
         self.closed: Counter[str] = Counter()
         self._clock = clock
         # Connections not serving a request, in the order they started waiting (oldest first): who to evict.
@@ -116,8 +150,10 @@ class ConnectionGate:
         self._logged_at: float | None = None
         self._unlogged: Counter[str] = Counter()
 
-    def admit(self) -> bool:
-        """Whether a new connection may be served; at the cap, makes room by evicting the longest-waiting one."""
+    def admit(self, pending: object | None = None) -> bool:
+        """Whether a new connection may be served; at the cap, makes room by evicting the longest-waiting one.
+        ``pending``: the connection's key until ``started`` (its place is given back if that never comes)."""
+        self._expire_handshakes()
         if self.open >= self.limits.max_connections:
             if not self._waiting:
                 self.refused += 1
@@ -127,7 +163,53 @@ class ConnectionGate:
             self.drop(victim, "evicted")
             self._note("evicted")
         self.open += 1
+        if pending is not None:
+            self._handshaking[pending] = self._clock()
         return True
+
+    def started(self, pending: object) -> bool:
+        """The connection admitted as ``pending`` reached its protocol; False if its place was given back."""
+        return self._handshaking.pop(pending, None) is not None
+
+    def _expire_handshakes(self) -> None:
+        if not self._handshaking:
+            return
+        cutoff = self._clock() - self.limits.header_timeout_s - HANDSHAKE_SLACK_S
+        while self._handshaking:
+            key = next(iter(self._handshaking))
+            if self._handshaking[key] > cutoff:
+                break
+            del self._handshaking[key]
+            self.open -= 1
+
+    def rate_admits(self, address: str) -> bool:
+        """Whether a connection from ``address`` is within its address's rate (then it takes a token);
+        a refusal is counted and logged."""
+        if self._rate is None:
+            return True
+        now = self._clock()
+        if self._rate.allow(address, now):
+            return True
+        self.rate_limited += 1
+        self._rate_unlogged[address] += 1
+        if self._rate_logged_at is None or now - self._rate_logged_at >= CAP_LOG_INTERVAL_S:
+            since = f" in the last {now - self._rate_logged_at:.0f} s" if self._rate_logged_at is not None else ""
+            top = ", ".join(f"{addr} ({n})" for addr, n in self._rate_unlogged.most_common(3))
+            log.warning(
+                "connection rate (--connection-rate-per-s) exceeded: %d connection(s) refused with 429%s, from %s",
+                sum(self._rate_unlogged.values()),
+                since,
+                top,
+            )
+            self._rate_logged_at = now
+            self._rate_unlogged.clear()
+        elif len(self._rate_unlogged) > RATE_LOG_ADDRESSES:  # bounded between two lines
+            self._rate_unlogged = Counter(dict(self._rate_unlogged.most_common(RATE_LOG_ADDRESSES // 2)))
+        return False
+
+    def unadmit(self) -> None:
+        """A connection ``admit`` counted is refused after all (by the rate) before it got a handler."""
+        self.open -= 1
 
     def drop(self, handler: GuardedHandler, reason: str) -> None:
         """Close ``handler``'s connection now (no flush), counted as ``reason``."""
@@ -279,13 +361,37 @@ class GuardedHandler(EnvelopeRequestHandler):
         self._gate.drop(self, reason)
 
 
-class _Refused(asyncio.Protocol):
-    """A connection past the cap while every open one is busy: answered 503 and closed, its request unread."""
+class _Admission(asyncio.Protocol):
+    """A new connection, until it is admitted (its protocol becomes a `GuardedHandler`) or refused: over its
+    address's rate, answered 429; past the cap while every open one is busy, 503; either closed, its request
+    unread."""
+
+    __slots__ = ("_admitted", "_gate", "_handler")
+
+    def __init__(self, gate: ConnectionGate, handler: Callable[[], GuardedHandler]) -> None:
+        self._gate = gate
+        self._handler = handler
+        self._admitted = gate.admit(self)  # at the accept: counted from here (an HTTPS handshake included)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        out = cast(asyncio.WriteTransport, transport)
-        out.write(REFUSAL_RESPONSE)
-        out.close()
+        if self._admitted and not self._gate.started(self):
+            self._admitted = self._gate.admit()  # (given back as a failed handshake: counted again)
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        refusal = None
+        if not self._admitted:
+            refusal = REFUSAL_RESPONSE
+        elif not self._gate.rate_admits(address):
+            self._gate.unadmit()
+            refusal = RATE_LIMITED_RESPONSE
+        if refusal is not None:
+            out = cast(asyncio.WriteTransport, transport)
+            out.write(refusal)
+            out.close()
+            return
+        handler = self._handler()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
 
 
 async def listen(
@@ -309,7 +415,17 @@ async def listen(
     handler_args: Mapping[str, Any] = server._kwargs
 
     def connection() -> asyncio.Protocol:
-        return GuardedHandler(server, gate, handler_args) if gate.admit() else _Refused()
+        return _Admission(gate, lambda: GuardedHandler(server, gate, handler_args))
 
     loop = asyncio.get_running_loop()
-    return await loop.create_server(connection, host, port, backlog=backlog, reuse_port=reuse_port, ssl=ssl_context)
+    # The handshake is part of the request head's time (asyncio's default would allow it 60 s).
+    handshake_s = gate.limits.header_timeout_s if ssl_context is not None else None
+    return await loop.create_server(
+        connection,
+        host,
+        port,
+        backlog=backlog,
+        reuse_port=reuse_port,
+        ssl=ssl_context,
+        ssl_handshake_timeout=handshake_s,
+    )

@@ -1,7 +1,8 @@
 """The API keys' admin API: POST /admin/keys, GET /admin/keys[/{id}], DELETE /admin/keys/{id}.
 
 The key's full text is in the POST answer and nowhere else, ever: the cluster stores only its hash.
-Changes go to the cluster's key table, so a key works (or stops working) on every node.
+Changes go to the cluster's key table, so a key works (or stops working) on every node, and to the key
+store when one is configured (node/cluster/key_store.py): a created key is answered once it is durable.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from aiohttp import web
 
 from node.auth.identity import Limits
 from node.auth.keys import ROLES
-from node.cluster.api_keys import ApiKeyTable, TooManyKeys
+from node.cluster.api_keys import TooManyKeys
+from node.cluster.key_store import DurableKeys
 from node.errors import GatewayError, InvalidRequest, NotFound
 from node.http.errors import read_json
-from storage.errors import InvalidInput
+from storage.errors import InvalidInput, StorageError
 from storage.validation import check_tenant
 
 MAX_KEY_BODY_BYTES: Final = 8 * 1024
@@ -29,6 +31,12 @@ class KeyTableFull(GatewayError):
     status = 409
     error_type = "invalid_request_error"
     code = "too_many_keys"
+
+
+class KeyStoreUnavailable(GatewayError):
+    status = 503
+    error_type = "server_error"
+    code = "key_store_unavailable"
 
 
 class LimitsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -49,7 +57,9 @@ def _json(body: object, status: int = 200) -> web.Response:
     return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
 
 
-def add_key_routes(app: web.Application, keys: ApiKeyTable) -> None:
+def add_key_routes(app: web.Application, durable: DurableKeys) -> None:
+    keys = durable.table
+
     async def create(request: web.Request) -> web.Response:
         body = await read_json(request, CreateKey, MAX_KEY_BODY_BYTES)
         if body.role not in ROLES:
@@ -66,7 +76,7 @@ def add_key_routes(app: web.Application, keys: ApiKeyTable) -> None:
             raise InvalidRequest(str(exc), param=str(exc).partition(":")[0]) from None
         expires_at = time.time() + body.expires_in_s if body.expires_in_s else 0.0
         try:
-            text, record = keys.create(
+            text, record = await durable.create(
                 tenant=body.tenant,
                 role=body.role,  # type: ignore[arg-type]  # checked against ROLES above
                 name=body.name,
@@ -75,6 +85,8 @@ def add_key_routes(app: web.Application, keys: ApiKeyTable) -> None:
             )
         except TooManyKeys as exc:
             raise KeyTableFull(f"{exc}; revoked keys still count.") from None
+        except StorageError:
+            raise KeyStoreUnavailable("The key store is unavailable; no key was created. Retry later.") from None
         except ValueError as exc:
             raise InvalidRequest(str(exc), param=str(exc).partition(":")[0]) from None
         return _json({**record.public_json(), "key": text}, status=201)
@@ -94,7 +106,14 @@ def add_key_routes(app: web.Application, keys: ApiKeyTable) -> None:
         return _json(record.public_json())
 
     async def revoke(request: web.Request) -> web.Response:
-        record = keys.revoke(find(request))
+        key_id = find(request)
+        try:
+            record = await durable.revoke(key_id)
+        except StorageError:
+            raise KeyStoreUnavailable(
+                "The key is revoked on every node, but the key store is unavailable: the revocation is written "
+                "there when it is back. Repeat the request to check."
+            ) from None
         assert record is not None
         return _json({**record.public_json(), "deleted": True})
 

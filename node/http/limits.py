@@ -38,6 +38,8 @@ def _count(param: str, items: Sized | None, limit: int, name: str) -> None:
 
 def _depth(param: str, value: Any, limit: int) -> None:
     """Raise when ``value`` nests lists/objects deeper than ``limit`` (iterative: no recursion of our own)."""
+    if value is None:  # the usual case: an optional field not sent
+        return
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -119,10 +121,13 @@ def _chat(req: ChatCompletionRequest, limits: RequestLimits) -> None:
     if req.top_logprobs is not None and req.top_logprobs > limits.max_top_logprobs:
         raise _over("top_logprobs", "is", req.top_logprobs, limits.max_top_logprobs, "max_top_logprobs")
     _count("messages", req.messages, limits.max_messages, "max_messages")
+    max_parts, max_calls = limits.max_content_parts, limits.max_tools
     for i, msg in enumerate(req.messages):
-        if isinstance(msg.content, list):
-            _count(f"messages[{i}].content", msg.content, limits.max_content_parts, "max_content_parts")
-        _count(f"messages[{i}].tool_calls", msg.tool_calls, limits.max_tools, "max_tools")
+        # The parameter's name is only built for the error: this runs per message of every request.
+        if isinstance(msg.content, list) and len(msg.content) > max_parts:
+            _count(f"messages[{i}].content", msg.content, max_parts, "max_content_parts")
+        if msg.tool_calls is not None and len(msg.tool_calls) > max_calls:
+            _count(f"messages[{i}].tool_calls", msg.tool_calls, max_calls, "max_tools")
     _tools("tools", req.tools, limits)
     _depth("tool_choice", req.tool_choice, limits.max_json_depth)
     _depth("chat_template_kwargs", req.chat_template_kwargs, limits.max_json_depth)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiohttp import web
@@ -27,6 +26,7 @@ from aiohttp.web_urldispatcher import AbstractRoute
 from node.errors import GatewayError
 from node.http.auth_middleware import IDENTITY
 from node.http.envelopes import OPENAI, EdgeError, ErrorEnvelope
+from node.http.ids import random_hex
 from node.http.tenancy import ApiConfig, tenant_claim
 from node.pipeline.context import RequestContext
 from node.telemetry import record
@@ -52,7 +52,7 @@ def request_context(*, tenancy: ApiConfig, routing_key_header: str) -> Middlewar
     @web.middleware
     async def make_context(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get(REQUEST_ID_HEADER)
-        rid = given if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        rid = given if given is not None and _REQUEST_ID.fullmatch(given) else random_hex()
         request[CONTEXT_KEY] = RequestContext(
             request_id=rid,
             routing_key=request.headers.get(routing_key_header),

@@ -89,6 +89,8 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
             "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
             param="continue_final_message",
         )
+    if req.thinking_token_budget is not None and req.thinking_token_budget < 1:
+        raise InvalidRequest("'thinking_token_budget' must be >= 1.", param="thinking_token_budget")
     use_completion_tokens = req.max_completion_tokens is not None
     schemas: dict[str, dict[str, Any]] = {}
     for k, tool in enumerate(req.tools or ()):
@@ -122,6 +124,7 @@ def chat_request(req: ChatCompletionRequest) -> GenerateRequest:
         prompt_param="messages",
         tools=tools,
         constraint=constrained.constraint if constrained is not None else None,
+        reasoning_budget=req.thinking_token_budget,
     )
 
 

@@ -4,13 +4,13 @@ usage and logprob rendering, and their base class."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from node.errors import InvalidRequest
 from node.http.adapter import AdapterEnv
 from node.http.envelopes import OPENAI, ErrorEnvelope
+from node.http.ids import random_hex
 from node.http.openai_types import SamplingFields
 from node.pipeline import constraints
 from node.pipeline.constraints import OutputConstraint
@@ -20,7 +20,7 @@ from node.pipeline.served_model import ServedModel
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
+    return f"{prefix}-{random_hex()}"
 
 
 def now_s() -> int:

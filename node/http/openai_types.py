@@ -107,6 +107,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's: at most this many reasoning tokens, then the block is closed and the model answers.
+    thinking_token_budget: Count | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):

@@ -98,6 +98,7 @@ def add_worker_routes(app: web.Application, pool: WorkerPool, registry: WorkerRe
         try:
             spec = WorkerSpec(url=body.url, model=body.model, role=body.role, labels=body.labels)  # type: ignore[arg-type]
             pool.vet(spec, registered=len(registry.specs()))
+            await pool.vet_addresses(spec)
         except ValueError as exc:
             field, _, rest = str(exc).partition(": ")
             param = field if field in ("url", "role", "model", "labels") else "url"

@@ -8,6 +8,10 @@ contract (``WorkerContract``: never more than max_tokens per choice, ids inside 
 in-flight accounting, and aborting the worker request when it is no longer wanted (every choice ended before
 the worker said so, the contract cut it, or the consumer left: closing the generator cancels the RPC and
 sends Abort). The Output stage decides what the tokens mean; Dispatch only moves and polices them.
+
+The continue step (node/pipeline/continuation.py) is here too: when the Output stage pauses its choice (a
+reasoning budget ran out inside the block), the stream is aborted and the choice continues on a worker
+request of its own, chosen, retried and policed as any other; the client reads one answer.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from opentelemetry.trace import INVALID_SPAN, Span
 
 from node.errors import WorkerFailed, WorkerIncomplete, WorkerProtocolError
+from node.pipeline.continuation import continuation_spec
 from node.pipeline.events import Event
 from node.pipeline.output import OutputProcessor
 from node.pipeline.spec import GenerateSpec
@@ -81,7 +86,8 @@ class Dispatch:
         config: DispatchConfig,
         client_timeouts: Mapping[str, str] | None = None,
     ) -> None:
-        self._spec = spec
+        self._origin = spec  # as Prepare made it
+        self._spec = spec  # the current stream's: a continuation's after a continue step
         self._output = output
         self._pool = pool
         self._config = config
@@ -96,11 +102,13 @@ class Dispatch:
         """Yield the Output stage's events per batch of worker messages, then ``final()`` (if given) once the
         spec ended normally. Raises NoHealthyWorker, WorkerFailed (WorkerTimeout, WorkerProtocolError, ...)
         once retrying is over or not allowed."""
-        spec, pool, retry = self._spec, self._pool, self._config.retry
+        pool, retry, output = self._pool, self._config.retry, self._output
         rec = record.current()
         tried: set[str] = set()
         attempt = 0
+        steps = 0  # continue steps taken
         while True:
+            spec = self._spec
             attempt += 1
             route = RouteRequest(
                 prompt_ids=spec.prompt_ids, routing_key=spec.routing_key, model=spec.model, exclude=frozenset(tried)
@@ -134,18 +142,31 @@ class Dispatch:
                     async for batch in batches:
                         received = True
                         yield batch
-                if final is not None:
-                    yield final()
-                return
             except WorkerFailed as exc:
                 rec.failed(worker.url, exc)
                 span.record_exception(exc)
+                # ``received`` is this stream's: a continuation that failed before its first token is retried
+                # like a fresh request (what the client already has is in the continuation's prompt).
                 pause = retry.next_pause(exc, attempt=attempt, received=received)
                 if pause is None:
                     raise
                 await self._before_retry(worker, exc, pause, tried)
+                continue
             finally:
-                end_generate_span(span, rec, self._output.usage)
+                end_generate_span(span, rec, output.usage)
+            if output.paused:  # the stream was aborted at the pause: the continue step
+                steps += 1
+                events, produced = output.resume()
+                if events:
+                    yield events
+                if not output.complete:
+                    self._spec = continuation_spec(self._origin, produced, steps)
+                    attempt, tried = 0, set()  # a new stream: its own retries
+                    log.debug("request %s: continued as %s", spec.request_id, self._spec.request_id)
+                    continue
+            if final is not None:
+                yield final()
+            return
 
     async def _before_retry(self, worker: Worker, exc: WorkerFailed, pause_s: float, tried: set[str]) -> None:
         """Take ``worker`` out of rotation (until a health check passes), remember it, wait ``pause_s``."""
@@ -168,14 +189,16 @@ class Dispatch:
             kv_transfer_params_json=PREFILL_KV_TRANSFER,
             deadlines=self._deadlines,
         )
-        usage = self._output.usage
+        output = self._output
+        usage = output.usage
         handed: str | None = None
         finished = False
         worker.in_flight += 1
         stream = worker.client.generate(request)
         try:
             async for out in stream:
-                usage.cached_tokens = max(usage.cached_tokens, out.cached_tokens)
+                if not output.continued:  # a continuation's cache reads are not the client's input
+                    usage.cached_tokens = max(usage.cached_tokens, out.cached_tokens)
                 if out.kv_transfer_params_json:
                     handed = out.kv_transfer_params_json
             finished = True
@@ -243,8 +266,9 @@ class Dispatch:
                         raise overran
                     await blame(stream, overran)
                     break
-                if output.complete:
-                    # Every choice ended (stop string, EOS, length); the worker is done only if it said so.
+                if output.complete or output.paused:
+                    # Every choice ended (stop string, EOS, length) or waits for the continue step (events());
+                    # the worker is done only if it said so, else it is aborted below.
                     worker_done = output.worker_done
                     if worker_done:
                         await _read_to_end(stream, self._config.end_of_stream_grace_s)

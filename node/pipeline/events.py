@@ -49,8 +49,9 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """Choice ``index`` ended: "stop" (EOS, stop token or string) or "length" (the token budget, or the
-    reasoning budget). ``stop``: the client's stop string that ended it (None: EOS, a stop token, a budget)."""
+    """Choice ``index`` ended: "stop" (EOS, stop token or string) or "length" (the token budget, or a
+    reasoning budget no answer fits after). ``stop``: the client's stop string that ended it (None: EOS, a
+    stop token, a budget)."""
 
     index: int
     reason: str

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from node.errors import WorkerAborted, WorkerProtocolError
+from node.pipeline.continuation import room_to_continue
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.events import ContentDelta, Event, Finish, TokenLogprob, Usage
 from node.pipeline.parsing import KeepingDetokenizer, ThinkCounter
@@ -60,15 +61,17 @@ class _Choice:
     stops: StopMatcher | None
     stages: Sequence[TextStage] = ()
     thinking: ThinkCounter | None = None  # counts reasoning tokens by id
-    last_chunk: tuple[int, ...] = ()  # ids of the latest streamed chunk
+    last_chunk: Sequence[int] = ()  # ids of the latest streamed chunk, as sent
     consumed: int = 0  # ids that count as completion tokens
     finished: bool = False
-    over_budget: bool = False  # reached the reasoning budget inside the block: ends after this step
+    over_budget: bool = False  # reached the reasoning budget inside the block: pauses or ends after this step
+    paused: bool = False  # waits for the continue step (``OutputProcessor.resume``); reads nothing until then
+    produced: list[int] | None = None  # every id consumed, kept only for a choice that may be continued
 
 
 def _ended(choice: _Choice) -> bool:
     # A function, not an attribute test inline: mypy would narrow ``finished`` across the calls that set it.
-    return choice.finished
+    return choice.finished or choice.paused
 
 
 def _logprob_entries(lp: TokenLogprobs | None, start: int, count: int) -> list[TokenLogprob]:
@@ -85,7 +88,9 @@ def _logprob_entries(lp: TokenLogprobs | None, start: int, count: int) -> list[T
 
 class OutputProcessor:
     """The n choices of one spec. ``feed`` every batch of worker messages; read ``complete`` (every choice
-    ended: stop reading) and ``worker_done`` (the worker itself finished every choice: nothing to abort).
+    ended: stop reading), ``worker_done`` (the worker itself finished every choice: nothing to abort) and
+    ``paused`` (the choice reached its reasoning budget inside the block: stop reading, abort that stream,
+    ``resume()`` and continue on a new one: node/pipeline/continuation.py).
 
     Events number choices from ``index_offset`` (a batch request's k-th prompt starts at k * n).
     """
@@ -105,6 +110,10 @@ class OutputProcessor:
         think_ids = plan.think_ids if plan is not None else None
         # The reasoning budget is enforced where reasoning tokens are counted (by id): not without think ids.
         self._think_budget = plan.think_budget if plan is not None and think_ids is not None else None
+        # Ids that close the block when the budget runs out, so the choice answers on (one choice only: n
+        # choices share one worker stream); empty: the budget ends the choice "length".
+        close = plan.think_close_ids if plan is not None and self._think_budget is not None and n == 1 else ()
+        self._close_ids: tuple[int, ...] = close
 
         def detokenizer() -> Detokenizer:
             if keep:
@@ -121,16 +130,23 @@ class OutputProcessor:
                 thinking=ThinkCounter(think_ids, in_reasoning=plan.in_reasoning)
                 if think_ids is not None and plan is not None
                 else None,
+                produced=[] if close else None,
             )
             for _ in range(n)
         ]
+        # A choice waits for the continue step: read per worker message, like ``complete``.
+        self.paused = False
+        # The prompt's prefix-cache reads count for the first stream only: a continuation's prompt is the
+        # client's prompt plus the answer so far, whose cache hits are not the client's input.
+        self.continued = False
         self._open = n
         # Every choice ended: stop reading. An attribute (set where the last choice closes), not a property:
         # Dispatch reads it per worker message.
         self.complete = False
         self._worker_finished = 0  # choices the worker itself reported finished
-        # Whether the worker is asked to stream: the client streams, or stop strings need an early look.
-        self.worker_streams = spec.client_stream or bool(spec.stops)
+        # Whether the worker is asked to stream: the client streams, or stop strings or a reasoning budget
+        # need an early look (a budget is acted on when reached, not after the whole answer was generated).
+        self.worker_streams = spec.client_stream or bool(spec.stops) or self._think_budget is not None
         # Per-token stepping is needed only to know exactly which token completed a stop string or to attach
         # logprobs/ids to the text they produced; otherwise whole chunks are detokenized at once.
         # A reasoning budget ends a choice at an exact token too, whatever the chunking.
@@ -144,6 +160,7 @@ class OutputProcessor:
         self._min_tokens = spec.params.min_tokens
         self._terminators = spec.terminators
         self._want_ids = spec.want_token_ids
+        self._want_logprobs = spec.params.logprobs is not None
 
     @property
     def worker_done(self) -> bool:
@@ -154,46 +171,59 @@ class OutputProcessor:
         for a choice index past n, WorkerAborted when the worker aborted the request by itself."""
         events: list[Event] = []
         usage = self.usage
+        n = len(self._choices)
         for out in outs:
-            if out.index >= len(self._choices):
-                raise WorkerProtocolError(f"the worker sent choice index {out.index} of n={len(self._choices)}")
-            usage.cached_tokens = max(usage.cached_tokens, out.cached_tokens)
+            if out.index >= n:
+                raise WorkerProtocolError(f"the worker sent choice index {out.index} of n={n}")
+            # A continuation's prompt is the whole answer so far: its cached tokens are not the prompt's.
+            if out.cached_tokens > usage.cached_tokens and not self.continued:
+                usage.cached_tokens = out.cached_tokens
             self._consume(out, events)
         return events
 
     def _consume(self, out: WorkerOutput, events: list[Event]) -> None:
         choice = self._choices[out.index]
-        if out.finish_reason is not None:
-            self._worker_finished += 1
-        if choice.finished:
+        reason = out.finish_reason
+        ids = out.token_ids
+        if reason is None:
+            # A chunk: the common case, once per worker message.
+            if _ended(choice):
+                return
+            choice.last_chunk = ids  # kept as sent: a message is never changed once yielded
+            if self._per_token:
+                self._step_each(choice, self._offset + out.index, ids, out.logprobs, events)
+            else:
+                self._step(choice, self._offset + out.index, ids, (), events)
+            return
+        self._worker_finished += 1
+        if _ended(choice):
             return
         index = self._offset + out.index
-        ids = out.token_ids
-        start = 0
-        if out.finish_reason is None:
-            choice.last_chunk = tuple(ids)
-        elif self.worker_streams and tuple(ids) == choice.last_chunk:
-            # vLLM's servicer ends each streamed choice with a chunk and then a final message repeating that
-            # chunk's ids (its output kind is DELTA): they are not new.
-            start = len(ids)
-        new_ids = list(ids) if start == 0 else []
-        logprobs = _logprob_entries(out.logprobs, start, len(new_ids)) if self._spec.params.logprobs is not None else []
-        if self._per_token:
-            for k, token in enumerate(new_ids):
-                lp = (logprobs[k],) if k < len(logprobs) else ()
-                self._step(choice, index, [token], lp, events)
-                if _ended(choice):
-                    break
-        else:
-            self._step(choice, index, new_ids, (), events)
-        if out.finish_reason is not None and not _ended(choice):
-            reason = out.finish_reason
+        # vLLM's servicer ends each streamed choice with a chunk and then a final message repeating that
+        # chunk's ids (its output kind is DELTA): they are not new.
+        if not (self.worker_streams and tuple(ids) == tuple(choice.last_chunk)):
+            if self._per_token:
+                self._step_each(choice, index, ids, out.logprobs, events)
+            else:
+                self._step(choice, index, ids, (), events)
+        if not _ended(choice):
             if reason == "abort":
                 raise WorkerAborted("the worker aborted the request")
             self._finish(choice, index, "length" if reason == "length" else "stop", events)
 
+    def _step_each(
+        self, choice: _Choice, index: int, ids: Sequence[int], lp: TokenLogprobs | None, events: list[Event]
+    ) -> None:
+        """Feed ids one at a time (stop strings, logprobs, token ids or a reasoning budget need to know which
+        token made which text), each with its logprob entry."""
+        logprobs = _logprob_entries(lp, 0, len(ids)) if self._want_logprobs else []
+        for k, token in enumerate(ids):
+            self._step(choice, index, (token,), (logprobs[k],) if k < len(logprobs) else (), events)
+            if _ended(choice):
+                break
+
     def _step(
-        self, choice: _Choice, index: int, ids: list[int], lp: tuple[TokenLogprob, ...], events: list[Event]
+        self, choice: _Choice, index: int, ids: Sequence[int], lp: tuple[TokenLogprob, ...], events: list[Event]
     ) -> None:
         """Feed ids (one, when per-token) to a choice; append the events they make."""
         # As in vLLM's stop checker, nothing ends an answer before min_tokens (the engine masks EOS and
@@ -212,6 +242,8 @@ class OutputProcessor:
             return
         choice.consumed += len(ids)
         self.usage.completion_tokens += len(ids)
+        if choice.produced is not None:
+            choice.produced.extend(ids)
         if choice.thinking is not None:
             self._think(choice, ids)
         text = choice.detok.step(ids)
@@ -235,9 +267,34 @@ class OutputProcessor:
         elif self._want_ids and ids:
             events.append(ContentDelta(index, "", (), tuple(ids)))
         if choice.over_budget:
-            self._finish(choice, index, "length", events)
+            choice.over_budget = False
+            max_tokens = self._spec.params.max_tokens
+            if self._close_ids and room_to_continue(max_tokens, choice.consumed, len(self._close_ids)):
+                choice.paused = self.paused = True
+            else:
+                self._finish(choice, index, "length", events)
 
-    def _think(self, choice: _Choice, ids: list[int]) -> None:
+    def resume(self) -> tuple[list[Event], tuple[int, ...]]:
+        """The continue step's Output side, for the paused choice: its reasoning block closed with the
+        family's ids, fed through its chain as if the model had written them (they count as output tokens),
+        and the state kept per worker stream reset. Returns the events that makes and every id the choice
+        has produced, the close ids last: what the continuation prompt appends. The choice may end here (a
+        stop string in the close): read ``complete``."""
+        choice = self._choices[0]
+        if not choice.paused or choice.produced is None:
+            raise RuntimeError("resume() without a paused choice")
+        choice.paused = self.paused = False
+        self.continued = True
+        choice.last_chunk = ()  # the next stream's chunks are new, whatever their ids
+        self._worker_finished = 0
+        events: list[Event] = []
+        for token in self._close_ids:
+            self._step(choice, self._offset, [token], (), events)
+            if choice.finished:
+                break
+        return events, tuple(choice.produced)
+
+    def _think(self, choice: _Choice, ids: Sequence[int]) -> None:
         thinking = choice.thinking
         if thinking is not None:
             before = thinking.count
@@ -249,7 +306,7 @@ class OutputProcessor:
             if thinking.done:
                 choice.thinking = None  # past the block: nothing more to count
 
-    def _ids_of(self, ids: list[int]) -> tuple[int, ...]:
+    def _ids_of(self, ids: Sequence[int]) -> tuple[int, ...]:
         return tuple(ids) if self._want_ids else ()
 
     def _emit(

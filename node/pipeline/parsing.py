@@ -17,7 +17,7 @@ from typing import Final, Literal
 from node.pipeline.detokenize import IncrementalDetokenizer
 from node.pipeline.parsers import deepseek, harmony, kimi_k2, llama3_json, pythonic, think
 from node.pipeline.parsers.calls import JsonSchema
-from node.pipeline.parsers.registry import REASONING_PARSERS, TOOL_PARSERS, UnknownParserError
+from node.pipeline.parsers.registry import REASONING_CLOSE, REASONING_PARSERS, TOOL_PARSERS, UnknownParserError
 from node.pipeline.request import NamedTool
 from node.pipeline.tokenizer import Tokenizer
 
@@ -63,6 +63,9 @@ class ModelParsers:
     keep_ids: frozenset[int] = frozenset()
     # The ids of ``<think>`` and ``</think>`` when each is one token (counts reasoning tokens by id).
     think_ids: tuple[int, int] | None = None
+    # The family's close of the reasoning block (registry.REASONING_CLOSE) as ids, starting with the end id;
+    # empty when reasoning is not counted by id or the family has none: a budget then cuts, not closes.
+    think_close_ids: tuple[int, ...] = ()
 
 
 def resolve_parsers(
@@ -89,7 +92,12 @@ def resolve_parsers(
     if reasoning_parser is not None and reasoning_parser not in _MARKERS:
         start, end = tokenizer.token_to_id(think.THINK_START), tokenizer.token_to_id(think.THINK_END)
         think_ids = (start, end) if start is not None and end is not None else None
-    return ModelParsers(tool_parser, reasoning_parser, keep, think_ids)
+    close: tuple[int, ...] = ()
+    close_text = REASONING_CLOSE.get(reasoning_parser or "")
+    if think_ids is not None and close_text is not None:
+        close = tuple(tokenizer.encode(close_text, add_special_tokens=False))
+        close = close if close and close[0] == think_ids[1] else ()  # the counter must see the block end
+    return ModelParsers(tool_parser, reasoning_parser, keep, think_ids, close)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +117,11 @@ class ParserPlan:
     # The engine was constrained to call (tool_choice required / a named function): the answer is bare JSON
     # (node/pipeline/parsers/forced.py), not the family's markup. None: the family's tool-call parser.
     forced: Literal["required"] | NamedTool | None = None
-    # At most this many reasoning tokens (counted by ``think_ids``): a choice still reasoning then ends
-    # "length" (GenerateRequest.reasoning_budget). None: uncapped.
+    # At most this many reasoning tokens (counted by ``think_ids``; GenerateRequest.reasoning_budget). None:
+    # uncapped. A choice still reasoning then has its block closed with ``think_close_ids`` and answers on
+    # (node/pipeline/continuation.py), or ends "length" when it cannot be (no close ids, n > 1, no room).
     think_budget: int | None = None
+    think_close_ids: tuple[int, ...] = ()
 
 
 class KeepingDetokenizer:

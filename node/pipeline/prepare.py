@@ -179,6 +179,7 @@ def parser_plan(
         think_ids=parsers.think_ids,
         forced=forced,
         think_budget=request.reasoning_budget,
+        think_close_ids=parsers.think_close_ids,
     )
 
 

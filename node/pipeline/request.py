@@ -115,6 +115,7 @@ class GenerateRequest:
     # Structured output the engine must enforce (node.pipeline.constraints; each adapter reads its API's fields).
     # With tool_choice required or a named function it is the tool forcing (one source at most per request).
     constraint: Constraint | None = None
-    # At most this many tokens inside the reasoning block: a choice still reasoning then ends "length"
+    # At most this many tokens inside the reasoning block: a choice still reasoning then has the block closed
+    # by the gateway and answers on (node/pipeline/continuation.py), or ends "length" when no answer fits
     # (None: uncapped). Enforced where reasoning tokens are counted by id (the model's think ids).
     reasoning_budget: int | None = None

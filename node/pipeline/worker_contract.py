@@ -27,6 +27,8 @@ from node.workers.types import TokenLogprobs, WorkerOutput
 
 #: The finish reason of a choice the contract cut at ``max_tokens`` (what the engine itself would have said).
 LENGTH = "length"
+# Above every id a worker can send (ids are uint32 on the wire): the vocabulary bound when none is known.
+_ANY_ID = 1 << 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +76,18 @@ class WorkerContract:
     limits: ContractLimits
     url: str = "worker"
     _choices: list[_ChoiceState] = field(init=False)
+    # The limits read per message, as plain attributes (``_vocab``: an upper bound that admits every id
+    # when the vocabulary size is unknown).
+    _max_tokens: int = field(init=False)
+    _prompt_tokens: int = field(init=False)
+    _vocab: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self._choices = [_ChoiceState() for _ in range(self.limits.n)]
+        limits = self.limits
+        self._choices = [_ChoiceState() for _ in range(limits.n)]
+        self._max_tokens = limits.max_tokens
+        self._prompt_tokens = limits.prompt_tokens
+        self._vocab = limits.vocab_size or _ANY_ID
 
     @property
     def all_finished(self) -> bool:
@@ -88,31 +99,38 @@ class WorkerContract:
 
     def passes(self, out: WorkerOutput) -> bool:
         """The common case, cheaply (no verdict built): ``out`` breaks no rule and is relayed as it is; its
-        choice's state advances as ``check`` would advance it. False: nothing changed, ask ``check``."""
-        limits = self.limits
+        choice's state advances as ``check`` would advance it. False: nothing changed, ask ``check``.
+
+        Runs once per worker message: a streamed chunk of one id takes the shortest path (no calls)."""
         index = out.index
-        if not (0 <= index < limits.n and 0 <= out.cached_tokens <= limits.prompt_tokens):
+        choices = self._choices
+        if not (0 <= index < len(choices) and 0 <= out.cached_tokens <= self._prompt_tokens):
             return False
-        choice = self._choices[index]
+        choice = choices[index]
         if choice.finished:
             return False
         ids = out.token_ids
         if out.finish_reason is None:
             new = len(ids)
-        else:
-            new = 0 if limits.stream and tuple(ids) == tuple(choice.last_chunk) else len(ids)
-        if new > limits.max_tokens - choice.ids:
-            return False
-        vocab = limits.vocab_size
-        if new and vocab and not _in_vocab(ids, vocab):
-            return False
-        choice.ids += new
-        if out.finish_reason is None:
+            if new > self._max_tokens - choice.ids:
+                return False
+            if new == 1:
+                if not 0 <= ids[0] < self._vocab:
+                    return False
+            elif new and not (min(ids) >= 0 and max(ids) < self._vocab):
+                return False
+            choice.ids += new
             # Kept as sent (a message is never changed once yielded); made a tuple only by the one final
             # message that compares against it.
             choice.last_chunk = ids
-        else:
-            choice.finished = True
+            return True
+        new = 0 if self.limits.stream and tuple(ids) == tuple(choice.last_chunk) else len(ids)
+        if new > self._max_tokens - choice.ids:
+            return False
+        if new and not (min(ids) >= 0 and max(ids) < self._vocab):
+            return False
+        choice.ids += new
+        choice.finished = True
         return True
 
     def check(self, out: WorkerOutput) -> Verdict:
@@ -175,11 +193,3 @@ def _first_logprobs(lp: TokenLogprobs | None, count: int) -> TokenLogprobs | Non
         top_ids=lp.top_ids[:count],
         top_logprobs=lp.top_logprobs[:count],
     )
-
-
-def _in_vocab(ids: Sequence[int], vocab: int) -> bool:
-    """Every id in ``[0, vocab)``. One id per message is how engines stream: that one is read, not scanned
-    twice (min and max cost more than the rest of ``passes`` together)."""
-    if len(ids) == 1:
-        return 0 <= ids[0] < vocab
-    return min(ids) >= 0 and max(ids) < vocab

@@ -13,7 +13,7 @@ special tokens, the same detection the gateway runs):
   Llama-3 JSON objects joined by ``; ``, Hermes ``<tool_call>`` blocks, DeepSeek V3 / V3.1 special tokens.
 - **Thinking**: a family whose template thinks answers with a reasoning run closed by ``</think>``: opened by
   the model (``<think>`` first) unless the prompt already opened it; none when the prompt closed it
-  (Qwen3's ``enable_thinking=false``).
+  (Qwen3's ``enable_thinking=false``, or the gateway closing a block at a reasoning budget: the answer follows).
 - **A constraint** (json_schema, json_object, regex, choice, a grammar of the small subset
   ``node.sim.grammar_sample`` reads) is the whole answer, with neither reasoning nor markup, as vLLM's guided
   decoding writes it without a reasoning parser; structural tags and other grammars get prose.

@@ -8,6 +8,7 @@ aborts in-flight generations (their streams end with finish reason "abort"), the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,8 @@ def load_sim_model(config: SimWorkerConfig) -> SimModel:
     """
     folder, tokenizer = load_model_folder(config.model_path, config.served_model_name)
     try:
-        family = detect_folder(folder.path)
+        added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        family = detect_folder(folder.path, added_tokens=added)
     except (OSError, ValueError):  # no tokenizer_config.json: no chat template, so no family markup
         family = ParserChoice(None, None)
     answers = FamilyAnswers(tokenizer, tool_parser=family.tool_parser, thinks=family.reasoning_parser is not None)
@@ -109,6 +111,7 @@ class SimWorker:
         self._config = config
         self._model = model
         self._server: grpc.aio.Server | None = None
+        self._started = False
         self._engine: SimEngine | None = None
         self._health: HealthService | None = None
         self._port = 0
@@ -131,10 +134,18 @@ class SimWorker:
             raise RuntimeError("the worker is not running")
         return self._engine
 
-    async def __aenter__(self) -> SimWorker:
-        model = self._model
-        if model is None:
-            model = await asyncio.to_thread(load_sim_model, self._config)
+    def bind(self) -> int:
+        """Listen on the configured port now and return it, before the model is loaded: gRPC accepts
+        connections from the bind on, and a call made before the worker starts waits in the backlog and is
+        answered once it does. So a node can be given this worker's address and start while the model
+        loads (the demo). Call from the event loop; entering the worker serves on this port.
+
+        Raises:
+            PortBindError: the port cannot be bound.
+            TlsFileError: a TLS file cannot be read.
+        """
+        if self._server is not None:
+            return self._port
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         address = f"{self._config.host}:{self._config.port}"
         try:
@@ -147,9 +158,36 @@ class SimWorker:
             raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}: {exc}") from exc
         if port == 0:
             raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}")
+        self._server, self._port = server, port
+        return port
+
+    async def __aenter__(self) -> SimWorker:
+        return await self.start()
+
+    async def start(self, model: SimModel | None = None) -> SimWorker:
+        """Serve: load the model (unless given here or to the constructor), bind (unless `bind` did) and
+        start. On a failure nothing is left listening. Stop with `aclose` (or leave the ``async with``).
+
+        Raises:
+            ModelFolderError: the model folder cannot be read.
+            PortBindError, TlsFileError: as `bind`.
+        """
+        try:
+            return await self._start(model or self._model)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _start(self, model: SimModel | None) -> SimWorker:
+        if model is None:
+            model = await asyncio.to_thread(load_sim_model, self._config)
+        port = self.bind()
+        server = self._server
+        assert server is not None
         engine = SimEngine(
             self._config, model.folder, model.vocabulary, endpoint=(self._config.host, port), answers=model.answers
         )
+        self._engine = engine
         servicer = SimEngineServicer(engine)
         if self._config.fault == "none":
             servicer.register(server)
@@ -163,12 +201,9 @@ class SimWorker:
             register_with_fault(servicer, server, generate)
         health_servicer = HealthService((SERVICE_NAME,))
         health_servicer.register(server)
-        try:
-            await server.start()
-        except BaseException:
-            await server.stop(None)
-            raise
-        self._server, self._engine, self._health, self._port = server, engine, health_servicer, port
+        self._health = health_servicer
+        await server.start()
+        self._started = True
         logger.debug("simulated engine for %s serving on %s", model.folder.served_model_name, self.address)
         return self
 
@@ -181,6 +216,7 @@ class SimWorker:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Stop serving (or, bound but never started, stop listening). Safe to call more than once."""
         server, engine, health_servicer = self._server, self._engine, self._health
         self._server = self._health = None
         if health_servicer is not None:
@@ -188,7 +224,12 @@ class SimWorker:
         if engine is not None:
             engine.close()
         if server is not None:
-            await server.stop(SHUTDOWN_GRACE_S)
+            if not self._started:
+                # grpc.aio keeps a bound server's socket open until it has been started: start it to stop it.
+                with contextlib.suppress(Exception):
+                    await server.start()
+            await server.stop(SHUTDOWN_GRACE_S if self._started else None)
+        self._started = False
 
 
 async def run_sim_worker(config: SimWorkerConfig) -> None:

@@ -175,7 +175,10 @@ class H2Connection:
         if self.closed is not None:
             return []
         try:
-            for fr in self._frames.feed(data):
+            frames = self._frames.feed(data)
+            # Counted per read, not per frame (the keepalive only asks whether anything arrived).
+            self.frames_received += len(frames)
+            for fr in frames:
                 self._receive_frame(fr, changed)
         except f.FrameError as exc:
             self._out.append(f.goaway_frame(self._next_id - 2 if self._next_id > 1 else 0, exc.code))
@@ -189,9 +192,6 @@ class H2Connection:
 
     def _receive_frame(self, fr: f.Frame, changed: dict[int, Stream]) -> None:
         kind = fr.kind
-        self.frames_received += 1
-        if kind in (f.DATA, f.HEADERS):
-            self.data_frames_received += 1
         if self._header_block is not None and (kind != f.CONTINUATION or fr.stream_id != self._header_stream):
             raise f.FrameError("a header block was interrupted by another frame")
         if kind == f.DATA:
@@ -226,6 +226,7 @@ class H2Connection:
         # PRIORITY and unknown frame types are ignored (RFC 9113 §5.5).
 
     def _on_data(self, fr: f.Frame, changed: dict[int, Stream]) -> None:
+        self.data_frames_received += 1
         size = len(fr.payload)
         self._recv_unacked += size  # the connection window counts every DATA byte, padding included
         stream = self._streams.get(fr.stream_id)
@@ -252,6 +253,7 @@ class H2Connection:
 
     def _on_headers(self, fr: f.Frame, changed: dict[int, Stream]) -> None:
         if fr.kind == f.HEADERS:
+            self.data_frames_received += 1
             if fr.stream_id == 0:
                 raise f.FrameError("HEADERS on stream 0")
             payload = f.strip_padding(fr.flags, fr.payload)

@@ -204,10 +204,14 @@ class H2GenerateChannel:
         keepalive: KeepaliveConfig | None = None,
         ssl: ssl_module.SSLContext | None = None,
         server_name: str | None = None,
+        connect_host: str | None = None,
     ) -> None:
-        """``ssl``: connect with TLS, checking the certificate names ``server_name`` (default: the host)."""
+        """``ssl``: connect with TLS, checking the certificate names ``server_name`` (default: the host).
+        ``connect_host``: the address to connect to (default: the target's host), when the caller resolved
+        the name itself; ``target`` still names the :authority."""
         host, _, port = target.rpartition(":")
         self._host = host.strip("[]")
+        self._connect_host = connect_host or self._host
         self._port = int(port)
         self._authority = target
         self._max_message_bytes = max_message_bytes
@@ -361,7 +365,7 @@ class H2GenerateChannel:
                 async with asyncio.timeout(self._connect_timeout_s):
                     _, protocol = await loop.create_connection(
                         lambda: _Protocol(core, self._stream_freed, self._keepalive),
-                        self._host,
+                        self._connect_host,
                         self._port,
                         ssl=self._ssl,
                         server_hostname=self._server_name if self._ssl is not None else None,

@@ -35,6 +35,13 @@ from node.workers.health_check import HealthChecker
 from node.workers.kv_subscriber import follow_kv_events
 from node.workers.types import ModelInfo
 from node.workers.worker import Worker
+from node.workers.worker_address import (
+    Resolver,
+    WorkerAddressError,
+    WorkerUnresolved,
+    checked_addresses,
+    system_resolve,
+)
 from node.workers.worker_url import parse_target
 
 log = logging.getLogger(__name__)
@@ -63,13 +70,14 @@ class WorkerPool:
         board: HealthBoard | None = None,
         model_of: Callable[[Worker], str | None] | None = None,
         loop_lag: Callable[[float], float] = lambda _within_s: 0.0,
+        resolve: Resolver = system_resolve,
     ) -> None:
         """``policies(role, model)`` makes the policy of a pool; ``policy_name`` is the default's (shown);
         ``breakers()`` makes a worker's circuit breaker.
         ``model_of`` says which served model a worker belongs to (None: not known yet, or none we serve);
         without it every worker serves every model and there is one KV index.
         ``loop_lag(within_s)`` is this node's worst event-loop lag of the last ``within_s`` seconds
-        (``LoopLagMonitor.recent_lag_s``)."""
+        (``LoopLagMonitor.recent_lag_s``). ``resolve`` looks worker names up at registration."""
         self._config = config
         self._make_policy = policies
         self._policy_name = policy_name
@@ -82,6 +90,7 @@ class WorkerPool:
         self._new_breaker = breakers
         self._workers: dict[str, Worker] = {}
         self._policy = config.network_policy
+        self._resolve = resolve
         self._refused: set[str] = set()  # registry entries this node will not connect to (logged once each)
         self._started = False
         self._model_info_ready = asyncio.Event()
@@ -144,6 +153,25 @@ class WorkerPool:
             raise ValueError(f"url: {exc}") from None
         if spec.id not in self._workers and registered >= self._config.max_workers:
             raise ValueError(f"url: the cluster already has {registered} workers, the most this node allows")
+
+    async def vet_addresses(self, spec: WorkerSpec) -> None:
+        """After ``vet``: every address the URL's host name resolves to lies inside this node's network
+        policy (an IP literal was checked by ``vet``). A name that does not resolve is refused only when
+        allowed networks are configured (nothing proves it inside them); otherwise it may come into DNS later,
+        and the client checks it before connecting.
+
+        Raises ValueError starting with ``url:`` naming the address.
+        """
+        target = parse_target(spec.url)
+        if target.ip is not None:
+            return
+        try:
+            await checked_addresses(spec.url, target, self._policy, resolve=self._resolve)
+        except WorkerUnresolved as exc:
+            if self._policy.allowed:
+                raise ValueError(f"url: {exc}; with --worker-allowed-networks a name must resolve") from None
+        except WorkerAddressError as exc:
+            raise ValueError(f"url: {exc}") from None
 
     def _admitted(self, specs: Mapping[str, WorkerSpec]) -> dict[str, WorkerSpec]:
         """The registry's workers this node connects to, in the registry's order: inside its network policy,

@@ -9,7 +9,11 @@ worker every interval, take the same connection when it is in use; every other R
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -27,7 +31,17 @@ from node.workers.grpc_wire import UNIMPLEMENTED
 from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
-from node.workers.worker_url import parse_target
+from node.workers.worker_address import (
+    PinnedTarget,
+    Resolver,
+    WorkerAddressError,
+    WorkerUnresolved,
+    checked_addresses,
+    system_resolve,
+)
+from node.workers.worker_url import NetworkPolicy, parse_target
+
+log = logging.getLogger(__name__)
 
 # Prompts of 128k tokens are ~0.5 MB of varints; logprobs and snapshots can be larger. Bounded, not unlimited.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -35,6 +49,12 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 REQUEST_FAULT_STATUSES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "ALREADY_EXISTS"})
 # The status of a worker that could not take the call (WorkerUnavailable): another worker may.
 UNAVAILABLE_STATUS = "UNAVAILABLE"
+#: A named worker's addresses are looked up again on a health check this long after the last lookup (at once
+#: after a failed check): follows a worker that moved without a DNS query per check.
+REFRESH_S = 30.0
+#: Channels to a named worker's previous addresses stay open this long for the calls running there (the
+#: default request_timeout_s), then close.
+RETIRE_GRACE_S = 600.0
 _GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
 _HEALTH_PATH = "/vllm.grpc.engine.VllmEngine/HealthCheck"
 _LOADS_PATH = "/vllm.grpc.engine.VllmEngine/GetLoads"
@@ -135,8 +155,29 @@ def _call_error(url: str, what: str, exc: CallFailed) -> WorkerFailed:
     return _failed(url, what, exc.status.name, exc.status.message)
 
 
+@dataclass(slots=True)
+class _Endpoint:
+    """The channels of one set of checked addresses."""
+
+    channel: grpc.aio.Channel
+    stub: Any
+    h2: H2GenerateChannel | None
+
+    async def close(self) -> None:
+        if self.h2 is not None:
+            await self.h2.close()
+        await self.channel.close(grace=None)
+
+
 class VllmGrpcClient:
-    """WorkerClient for a worker speaking VllmEngine (vLLM's gRPC servicer, or our simulated engine)."""
+    """WorkerClient for a worker speaking VllmEngine (vLLM's gRPC servicer, or our simulated engine).
+
+    A worker addressed by name is resolved by us (``worker_address``) and its channels pinned to the checked
+    addresses; the name is resolved again on a health check once ``REFRESH_S`` passed (or after a failed one),
+    new addresses get new channels (the old ones serve their running calls for ``RETIRE_GRACE_S``), and an
+    answer naming an address outside the network policy takes the worker out (every call fails UNAVAILABLE
+    naming it) until the name leads somewhere allowed again.
+    """
 
     def __init__(
         self,
@@ -144,39 +185,116 @@ class VllmGrpcClient:
         *,
         generate_transport: GenerateTransport = DEFAULT_GENERATE_TRANSPORT,
         channel: ChannelConfig | None = None,
+        policy: NetworkPolicy | None = None,
+        resolve: Resolver = system_resolve,
+        refresh_s: float = REFRESH_S,
     ) -> None:
-        """``grpcs://`` URLs use TLS (``channel.tls``). Raises ValueError on a bad URL."""
+        """``grpcs://`` URLs use TLS (``channel.tls``); ``policy`` bounds where a name may lead (default: the
+        denied ranges only); ``resolve`` looks the name up again on health checks ``refresh_s`` apart.
+        Raises ValueError on a bad URL."""
         self._url = url
-        target = parse_target(url)
-        channel = channel or ChannelConfig()
+        self._target = parse_target(url)
+        self._config = channel or ChannelConfig()
+        self._transport = generate_transport
+        self._policy = policy or NetworkPolicy()
+        self._resolve = resolve
+        self._refresh_s = refresh_s
+        self._lock = asyncio.Lock()
+        self._refused = ""  # why the name's current addresses are refused; "" when they are not
+        self._resolved_at = -math.inf
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._pinned: PinnedTarget | None = None
+        self._ep: _Endpoint | None = None
+        if self._target.ip is not None:  # an IP literal: checked at registration, nothing to resolve
+            self._pinned = PinnedTarget(self._target, (self._target.ip,))
+            self._ep = self._open(self._pinned)
+
+    def _open(self, pinned: PinnedTarget) -> _Endpoint:
+        target, config = self._target, self._config
         # With the h2 transport the health checks leave this channel (see ``health``): it idles between the
         # rare calls it still carries (GetModelInfo, Abort, the KV-event stream), so no pings without calls.
-        options = channel.grpc_options(MAX_MESSAGE_BYTES, ping_without_calls=generate_transport != "h2")
+        options = config.grpc_options(MAX_MESSAGE_BYTES, ping_without_calls=self._transport != "h2")
+        grpc_target = target.authority
+        if target.ip is None:
+            grpc_target = pinned.grpc_target()
+            options.append(("grpc.default_authority", target.authority))
+            if target.tls and not config.tls.server_name:
+                options.append(("grpc.ssl_target_name_override", target.host))
         if target.tls:
-            credentials = channel.tls.grpc_credentials()
-            self._channel = grpc.aio.secure_channel(target.authority, credentials, options=options)
+            channel = grpc.aio.secure_channel(grpc_target, config.tls.grpc_credentials(), options=options)
         else:
-            self._channel = grpc.aio.insecure_channel(target.authority, options=options)
-        self._stub = pb_grpc.VllmEngineStub(self._channel)
-        self._h2 = (
+            channel = grpc.aio.insecure_channel(grpc_target, options=options)
+        h2 = (
             H2GenerateChannel(
                 target.authority,
                 max_message_bytes=MAX_MESSAGE_BYTES,
-                keepalive=channel.keepalive,
-                ssl=channel.tls.ssl_context() if target.tls else None,
-                server_name=channel.tls.server_name or target.host,
+                keepalive=config.keepalive,
+                ssl=config.tls.ssl_context() if target.tls else None,
+                server_name=config.tls.server_name or target.host,
+                connect_host=pinned.first,
             )
-            if generate_transport == "h2"
+            if self._transport == "h2"
             else None
         )
+        return _Endpoint(channel, pb_grpc.VllmEngineStub(channel), h2)
+
+    async def _endpoint(self, *, refresh: bool = False) -> _Endpoint:
+        """The channels to use now. A name is resolved on first use, and with ``refresh`` (health checks)
+        again when due. Raises WorkerUnavailable when the name leads nowhere allowed."""
+        if self._target.ip is None and (refresh or (self._ep is None and not self._refused)):
+            await self._refresh()
+        if self._ep is None:
+            raise WorkerUnavailable(f"worker {self._url}: {self._refused or 'not resolved yet'}")
+        return self._ep
+
+    async def _refresh(self) -> None:
+        async with self._lock:
+            now = asyncio.get_running_loop().time()
+            if self._ep is not None and now - self._resolved_at < self._refresh_s:
+                return  # fresh enough (or resolved by the call this one waited for)
+            self._resolved_at = now
+            try:
+                pinned = await checked_addresses(self._url, self._target, self._policy, resolve=self._resolve)
+            except WorkerUnresolved as exc:
+                if self._ep is None:
+                    self._refused = str(exc)
+                return  # a DNS outage: keep the addresses checked before
+            except WorkerAddressError as exc:
+                if str(exc) != self._refused:
+                    log.warning("worker %s refused: %s", self._url, exc)
+                self._refused = str(exc)
+                if self._ep is not None:  # the name now leads somewhere forbidden: nothing more goes there
+                    ep, self._ep, self._pinned = self._ep, None, None
+                    await ep.close()
+                return
+            if self._refused:
+                log.info("worker %s: %s resolves to allowed addresses", self._url, self._target.host)
+            self._refused = ""
+            if self._ep is not None and self._pinned is not None and self._pinned.addresses == pinned.addresses:
+                return
+            old, self._ep, self._pinned = self._ep, self._open(pinned), pinned
+            if old is not None:
+                log.info(
+                    "worker %s: %s moved to %s", self._url, self._target.host, ", ".join(map(str, pinned.addresses))
+                )
+                task = asyncio.get_running_loop().create_task(self._retire(old))
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, ep: _Endpoint) -> None:
+        try:
+            await asyncio.sleep(RETIRE_GRACE_S)  # calls running on the old addresses finish there
+        finally:
+            await ep.close()
 
     @property
     def url(self) -> str:
         return self._url
 
     async def model_info(self, *, timeout_s: float) -> ModelInfo:
+        stub = (await self._endpoint()).stub
         try:
-            r = await self._stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout_s)
+            r = await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(self._url, "GetModelInfo", exc) from exc
         return ModelInfo(
@@ -191,15 +309,16 @@ class VllmGrpcClient:
         )
 
     async def health(self, *, timeout_s: float) -> bool:
-        if self._h2 is not None:
-            try:
-                data = await self._h2.unary(_HEALTH_PATH, _HEALTH_REQUEST, timeout_s=timeout_s)
-                return bool(pb.HealthCheckResponse.FromString(data).healthy)
-            except (CallFailed, DecodeError):
-                return False
         try:
-            r = await self._stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
-        except grpc.aio.AioRpcError:
+            ep = await self._endpoint(refresh=True)
+            if ep.h2 is not None:
+                data = await ep.h2.unary(_HEALTH_PATH, _HEALTH_REQUEST, timeout_s=timeout_s)
+                return bool(pb.HealthCheckResponse.FromString(data).healthy)
+            r = await ep.stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
+        except WorkerUnavailable:
+            return False
+        except (grpc.aio.AioRpcError, CallFailed, DecodeError):
+            self._resolved_at = -math.inf  # a failed check asks the resolver again next time
             return False
         return bool(r.healthy)
 
@@ -222,8 +341,9 @@ class VllmGrpcClient:
         )
         if request.kv_transfer_params_json is not None:
             msg.kv_transfer_params_json = request.kv_transfer_params_json
-        if self._h2 is not None:
-            calls = self._h2.call(_GENERATE_PATH, msg.SerializeToString(), metadata=request.trace_headers)
+        ep = await self._endpoint()
+        if ep.h2 is not None:
+            calls = ep.h2.call(_GENERATE_PATH, msg.SerializeToString(), metadata=request.trace_headers)
             parse = pb.GenerateResponse.FromString
             try:
                 async for batch in calls:
@@ -235,7 +355,7 @@ class VllmGrpcClient:
             finally:
                 await calls.aclose()  # early exit: RST_STREAM now; the caller also sends Abort
             return
-        call = self._stub.Generate(msg, metadata=request.trace_headers or None)
+        call = ep.stub.Generate(msg, metadata=request.trace_headers or None)
         try:
             # read() rather than `async for`: one async-generator layer less per message on the hot path.
             while (resp := await call.read()) is not _EOF:
@@ -249,22 +369,26 @@ class VllmGrpcClient:
             call.cancel()
 
     async def loads(self, *, timeout_s: float) -> EngineLoad | None:
-        """The engine's load (GetLoads); None when the worker does not implement it."""
-        if self._h2 is not None:
+        """The engine's load (GetLoads); None when the worker does not implement it. A health check's RPC (often
+        its only one): a named worker is looked up again when due, and after a failure."""
+        ep = await self._endpoint(refresh=True)
+        if ep.h2 is not None:
             try:
-                data = await self._h2.unary(_LOADS_PATH, _LOADS_REQUEST, timeout_s=timeout_s)
+                data = await ep.h2.unary(_LOADS_PATH, _LOADS_REQUEST, timeout_s=timeout_s)
                 return convert_get_loads(pb.GetLoadsResponse.FromString(data))
             except CallFailed as exc:
                 if exc.status.code == UNIMPLEMENTED:
                     return None
+                self._resolved_at = -math.inf  # a failed check asks the resolver again next time
                 raise _call_error(self._url, "GetLoads", exc) from exc
             except DecodeError as exc:
                 raise WorkerFailed(f"worker {self._url}: GetLoads failed: INTERNAL: {exc}") from exc
         try:
-            r = await self._stub.GetLoads(pb.GetLoadsRequest(), timeout=timeout_s)
+            r = await ep.stub.GetLoads(pb.GetLoadsRequest(), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return None
+            self._resolved_at = -math.inf
             raise _rpc_error(self._url, "GetLoads", exc) from exc
         return convert_get_loads(r)
 
@@ -278,7 +402,7 @@ class VllmGrpcClient:
         request = common_pb2.SubscribeKvEventsRequest(
             start_sequence_number=start_sequence_number, load_records_before_first_batch=True
         )
-        call = self._stub.SubscribeKvEvents(request)
+        call = (await self._endpoint()).stub.SubscribeKvEvents(request)
         try:
             async for b in call:
                 load = convert_load_record(b.load) if b.HasField("load") else None
@@ -292,12 +416,15 @@ class VllmGrpcClient:
             call.cancel()
 
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
+        stub = (await self._endpoint()).stub
         try:
-            await self._stub.Abort(pb.AbortRequest(request_ids=list(request_ids)), timeout=timeout_s)
+            await stub.Abort(pb.AbortRequest(request_ids=list(request_ids)), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(self._url, "Abort", exc) from exc
 
     async def close(self) -> None:
-        if self._h2 is not None:
-            await self._h2.close()
-        await self._channel.close(grace=None)
+        for task in list(self._retiring):
+            task.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
+        if self._ep is not None:
+            await self._ep.close()

@@ -6,8 +6,9 @@ instruction to connect somewhere; validation keeps it to exactly one spelling of
 - no userinfo, path, query or fragment (none has a meaning for a gRPC target, and each would give one
   worker a second URL, hence a second id);
 - an IP literal must lie outside the link-local and cloud-metadata ranges unless the operator allows them,
-  and inside the allowed networks when some are configured (``NetworkPolicy``). Names are checked by
-  syntax only: what they resolve to is the resolver's business at connect time.
+  and inside the allowed networks when some are configured (``NetworkPolicy``). Here names are checked by
+  syntax only; every address a name resolves to is held to the same policy by ``worker_address``, at
+  registration and before each connection.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def parse_networks(values: tuple[str, ...], what: str) -> tuple[IpNetwork, ...]:
     return tuple(out)
 
 
-def _unmapped(ip: IpAddress) -> IpAddress:
+def unmapped(ip: IpAddress) -> IpAddress:
     """``::ffff:a.b.c.d`` is a.b.c.d (it is where the connection goes)."""
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
@@ -125,17 +126,25 @@ class NetworkPolicy:
     denied: tuple[IpNetwork, ...] = DEFAULT_DENIED_NETWORKS
 
     def check(self, url: str, target: WorkerTarget) -> None:
-        """Raises ValueError when ``target`` (parsed from ``url``) points outside the policy."""
-        if target.ip is None:
-            return
-        ip = _unmapped(target.ip)
+        """Raises ValueError when ``target`` (parsed from ``url``) points outside the policy. A name passes:
+        what it resolves to is checked by ``check_address`` (``worker_address``)."""
+        if target.ip is not None:
+            self.check_address(url, target.ip)
+
+    def check_address(self, url: str, address: IpAddress, *, via: str = "") -> None:
+        """Raises ValueError when a connection for ``url`` to ``address`` would leave the policy; with ``via``
+        (the name ``address`` was resolved from) the message names the address."""
+        ip = unmapped(address)
+        outside, into = (
+            ("points outside", "points into") if not via else (f"resolves to {ip}, outside", f"resolves to {ip}, in")
+        )
         inside = [net for net in self.allowed if ip in net]
         if self.allowed and not inside:
             nets = ", ".join(str(net) for net in self.allowed)
-            raise ValueError(f"worker URL {url!r} points outside the allowed worker networks ({nets})")
+            raise ValueError(f"worker URL {url!r} {outside} the allowed worker networks ({nets})")
         denied = [net for net in self.denied if ip in net]
         if any(not any(a.version == d.version and a.subnet_of(d) for a in inside) for d in denied):  # type: ignore[arg-type]
             raise ValueError(
-                f"worker URL {url!r} points into a link-local or metadata range; allow it explicitly with "
+                f"worker URL {url!r} {into} a link-local or metadata range; allow it explicitly with "
                 "--worker-allowed-networks if a worker really is there"
             )

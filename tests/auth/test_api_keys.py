@@ -112,6 +112,11 @@ def test_routes_need_the_right_role() -> None:
     assert allowed_roles("GET", "/workers") == {"admin", "reader"}
     assert allowed_roles("POST", "/v1/chat/completions") == {"admin", "user"}
     assert allowed_roles("GET", "/healthz") == {"admin", "user", "reader"}  # not /health: needs an identity
+    # The status page's HTML is open (it asks for a key); its data is not, nor any path under the page's.
+    assert allowed_roles("GET", "/") is None and allowed_roles("GET", "/status") is None
+    assert allowed_roles("GET", "/status.json") == {"admin", "reader"}
+    assert allowed_roles("POST", "/") == {"admin", "user", "reader"}
+    assert allowed_roles("GET", "/status/x") == {"admin", "user", "reader"}
 
 
 def test_safe_default_refuses_an_open_node_on_a_public_address() -> None:

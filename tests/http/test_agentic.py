@@ -85,6 +85,18 @@ def _reply(model: ServedModel, answer: list[str]) -> Callable[[WorkerRequest], S
     return reply
 
 
+def thinking_model(edge: Edge, body: str, thought: str) -> Callable[[WorkerRequest], Sequence[Sequence[int]]]:
+    """A Qwen3 that thinks ``thought`` then answers ``body``; asked to go on after a reasoning block the
+    gateway closed (the prompt ends with the family's close ids), it answers ``body`` at once."""
+    close = list(edge.model.parsers.think_close_ids)
+    full, answer = _reply(edge.model, [qwen_answer(body, thought)]), _reply(edge.model, [body])
+
+    def reply(request: WorkerRequest) -> Sequence[Sequence[int]]:
+        return answer(request) if list(request.prompt_ids[-len(close) :]) == close else full(request)
+
+    return reply
+
+
 @contextlib.asynccontextmanager
 async def serve(model: ServedModel, **worker: Any) -> AsyncIterator[Edge]:
     from node.pipeline.cpu import CpuPool
@@ -151,6 +163,28 @@ async def test_chat_answers_with_reasoning_and_a_tool_call(edge: Edge) -> None:
     thought_ids = edge.model.tokenizer.encode(f"\n{QWEN_THOUGHT}\n", add_special_tokens=False)
     assert r.usage is not None and r.usage.completion_tokens_details is not None
     assert r.usage.completion_tokens_details.reasoning_tokens == len(thought_ids)
+
+
+async def test_chat_thinking_token_budget_closes_the_block_and_the_model_answers(edge: Edge) -> None:
+    """vLLM's ``thinking_token_budget``: the continue step of the Messages budget, in Chat Completions."""
+    edge.worker.reply = thinking_model(edge, "Sunny.", thought=" ".join(["thought"] * 50))
+    r = await edge.client.chat.completions.create(
+        model="qwen", messages=ASK, max_tokens=100, extra_body={"thinking_token_budget": 8}
+    )
+    msg = r.choices[0].message
+    assert (msg.model_extra or {})["reasoning_content"] == "\n" + " ".join(["thought"] * 7)
+    assert msg.content == "Sunny." and r.choices[0].finish_reason == "stop" and len(edge.worker.requests) == 2
+    close = edge.model.parsers.think_close_ids
+    assert r.usage is not None and r.usage.completion_tokens_details is not None
+    assert r.usage.completion_tokens_details.reasoning_tokens == 8
+    assert (
+        r.usage.completion_tokens
+        == 1 + 8 + len(close) + len(edge.model.tokenizer.encode("Sunny.", add_special_tokens=False)) + 1
+    )
+    streamed, _ = await _streamed(edge, messages=ASK, max_tokens=100, extra_body={"thinking_token_budget": 8})
+    assert streamed.choices[0].message.content == "Sunny."
+    with pytest.raises(BadRequestError, match="thinking_token_budget"):
+        await edge.client.chat.completions.create(model="qwen", messages=ASK, extra_body={"thinking_token_budget": 0})
 
 
 async def _streamed(edge: Edge, model: str = "qwen", **kw: Any) -> tuple[ChatCompletion, list[dict[str, Any]]]:

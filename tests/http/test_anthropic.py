@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from node.errors import GatewayError, NoHealthyWorker, WorkerFailed
 from node.pipeline.pipeline import Pipeline
 from node.pipeline.served_model import ServedModel, load_served_model
-from tests.http.test_agentic import QWEN_CALL, QWEN_THOUGHT, Edge, qwen_answer, serve
+from tests.http.test_agentic import QWEN_CALL, QWEN_THOUGHT, Edge, qwen_answer, serve, thinking_model
 
 WEATHER = {
     "name": "get_weather",
@@ -224,13 +224,77 @@ async def test_stop_sequences_and_max_tokens(q: tuple[Edge, AsyncAnthropic]) -> 
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 3
 
 
-async def test_thinking_budget_caps_the_reasoning(q: tuple[Edge, AsyncAnthropic]) -> None:
+async def test_thinking_budget_closes_the_block_and_the_model_answers(q: tuple[Edge, AsyncAnthropic]) -> None:
     edge, client = q
-    edge.answer[0] = qwen_answer("done", thought=" ".join(["thought"] * 1500))
+    tok = edge.model.tokenizer
+    close = edge.model.parsers.think_close_ids
+    assert tok.decode(close, skip_special_tokens=False) == "</think>\n\n", "Qwen3's close, from its family"
+    edge.worker.reply = thinking_model(edge, "Sunny.", thought=" ".join(["thought"] * 1500))
     m = await client.messages.create(model="qwen", max_tokens=4000, messages=ASK, thinking=THINK)  # type: ignore[arg-type]
+    first, cont = edge.worker.requests[-2:]
+    assert [b.type for b in m.content] == ["thinking", "text"] and m.stop_reason == "end_turn"
+    thinking, text = m.content
+    assert thinking.type == "thinking" and thinking.signature and text.type == "text" and text.text == "Sunny."
+    # The block holds exactly the budget: the first 1024 reasoning tokens the model wrote, then it was closed.
+    reasoning = tok.encode(thinking.thinking, add_special_tokens=False)
+    assert len(reasoning) == 1024 and thinking.thinking.split() == ["thought"] * 1023  # and its first "\\n"
+    # The continuation: the prompt, what the model wrote (<think> and 1024 tokens), the close; the rest of
+    # max_tokens; its own request id (the first stream, cut at the budget, was aborted under its own).
+    written = list(cont.prompt_ids[len(first.prompt_ids) : -len(close)])
+    assert list(cont.prompt_ids) == [*first.prompt_ids, *written, *close] and len(written) == 1 + 1024
+    assert tok.decode(written[:1], skip_special_tokens=False) == "<think>"
+    assert cont.params.max_tokens == 4000 - len(written) - len(close)
+    assert first.request_id in edge.worker.aborted and cont.request_id != first.request_id
+    # Usage counts each output token once: <think>, the budget, the close, the answer and its end token.
+    answer_ids = tok.encode("Sunny.", add_special_tokens=False)
+    assert m.usage.output_tokens == 1 + 1024 + len(close) + len(answer_ids) + 1
+    assert m.usage.input_tokens == len(first.prompt_ids), "the continuation's prompt is not the client's input"
+
+    async with client.messages.stream(model="qwen", max_tokens=4000, messages=ASK, thinking=THINK) as stream:  # type: ignore[arg-type]
+        texts = [t async for t in stream.text_stream]
+        final = await stream.get_final_message()
+    assert "".join(texts) == "Sunny." and summary(final) == summary(m)
+
+
+async def test_a_budget_larger_than_the_reasoning_changes_nothing(q: tuple[Edge, AsyncAnthropic]) -> None:
+    edge, client = q
+    edge.worker.reply = thinking_model(edge, "Sunny.", thought=" ".join(["thought"] * 1000))
+    m = await client.messages.create(model="qwen", max_tokens=4000, messages=ASK, thinking=THINK)  # type: ignore[arg-type]
+    assert len(edge.worker.requests) == 1, "one generation, finished by the model"
+    assert m.stop_reason == "end_turn" and [b.type for b in m.content] == ["thinking", "text"]
+    thinking, text = m.content
+    assert thinking.type == "thinking" and thinking.thinking.strip() == " ".join(["thought"] * 1000)
+    assert text.type == "text" and text.text == "Sunny."
+    written = edge.model.tokenizer.encode(qwen_answer("Sunny.", " ".join(["thought"] * 1000)), add_special_tokens=False)
+    assert m.usage.output_tokens == len(written) + 1
+
+
+async def test_max_tokens_reached_in_the_continuation(q: tuple[Edge, AsyncAnthropic]) -> None:
+    edge, client = q
+    edge.worker.reply = thinking_model(edge, "Sunny in Paris today.", thought=" ".join(["thought"] * 1500))
+    close = edge.model.parsers.think_close_ids
+    limit = 1 + 1024 + len(close) + 2  # two tokens of answer
+    for stream in (False, True):
+        if stream:
+            async with client.messages.stream(model="qwen", max_tokens=limit, messages=ASK, thinking=THINK) as s:  # type: ignore[arg-type]
+                m = await s.get_final_message()
+        else:
+            m = await client.messages.create(model="qwen", max_tokens=limit, messages=ASK, thinking=THINK)  # type: ignore[arg-type]
+        assert m.stop_reason == "max_tokens" and m.usage.output_tokens == limit
+        assert [b.type for b in m.content] == ["thinking", "text"]
+        assert edge.worker.requests[-1].params.max_tokens == 2
+        text = m.content[1]
+        assert text.type == "text" and "Sunny in Paris today.".startswith(text.text) and text.text
+
+
+async def test_no_room_after_the_budget_ends_as_before(q: tuple[Edge, AsyncAnthropic]) -> None:
+    """max_tokens leaves no token for an answer after <think>, the budget and the close: the choice ends at
+    the budget, stop_reason max_tokens, nothing continued."""
+    edge, client = q
+    edge.worker.reply = thinking_model(edge, "Sunny.", thought=" ".join(["thought"] * 1500))
+    m = await client.messages.create(model="qwen", max_tokens=1027, messages=ASK, thinking=THINK)  # type: ignore[arg-type]
     assert m.stop_reason == "max_tokens" and [b.type for b in m.content] == ["thinking"]
-    # The answer ends on the budget-th reasoning token: <think> plus 1024 tokens inside the block.
-    assert m.usage.output_tokens == 1 + 1024
+    assert m.usage.output_tokens == 1 + 1024 and len(edge.worker.requests) == 1
 
 
 async def test_count_tokens_equals_the_prompt_the_engine_saw(q: tuple[Edge, AsyncAnthropic]) -> None:

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from node.http.connections import CAP_LOG_INTERVAL_S, ConnectionGate, ConnectionLimits
+from node.http.connections import CAP_LOG_INTERVAL_S, HANDSHAKE_SLACK_S, ConnectionGate, ConnectionLimits
 
 
 class FakeConnection:
@@ -79,3 +79,15 @@ def test_the_cap_is_logged_at_once_then_at_most_once_per_interval(caplog: pytest
     assert "1 new connection(s) refused" in lines[0]
     assert "5 new connection(s) refused" in lines[1] and "in the last 10 s" in lines[1]
     assert gate.refused == 6
+
+
+def test_a_handshake_that_never_reaches_the_protocol_gives_its_place_back_after_the_deadline() -> None:
+    clock = Clock()
+    gate = _gate(2, clock)
+    assert gate.admit("a") and gate.admit("b")
+    assert gate.started("a")  # "a" reached its protocol; "b" failed its handshake, silently
+    assert not gate.admit("c")  # at the cap, nobody waiting to evict
+    clock.now = 20 + HANDSHAKE_SLACK_S + 0.1  # past header_timeout_s: "b" will never start
+    assert gate.admit("c")
+    assert gate.open == 2
+    assert not gate.started("b")

@@ -309,3 +309,44 @@ async def test_past_the_cap_waiting_connections_make_room_then_new_ones_are_refu
         assert _sample(text, "smg_node_http_connections_closed_total", "evicted") >= 1
     lines = [r.getMessage() for r in caplog.records if "connection cap" in r.getMessage()]
     assert lines and "--max-connections 4" in lines[0]
+
+
+async def _health_status(port: int, source: str) -> int:
+    """The status of GET /health on a new connection from ``source`` (a 127.0.0.x address)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    try:
+        writer.write(b"GET /health HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 10.0)
+    except ConnectionError:
+        return 0  # refused and reset before the request was read
+    finally:
+        writer.close()
+    status = int(answer.split(b" ", 2)[1])
+    if status == 429:
+        envelope = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        assert envelope["error"]["code"] == "connection_rate_exceeded"
+    return status
+
+
+async def test_one_address_opening_connections_too_fast_is_refused_429_others_are_not(
+    llama3_model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    burst, rate = 10, 5.0
+    http = HttpConfig(
+        port=0, connection_rate_per_s=rate, connection_rate_burst=burst, connection_rate_exempt=("127.0.0.1/32",)
+    )
+    caplog.set_level(logging.WARNING, logger="node.http.connections")
+    async with start_cluster(llama3_model_dir, workers=1, http=http) as c:
+        port = c.node.port
+        flood = [await _health_status(port, "127.0.0.2") for _ in range(3 * burst)]
+        assert flood[:burst] == [200] * burst, flood
+        assert set(flood[burst + 2 :]) <= {429, 0} and flood.count(200) <= burst + 2, flood  # + refill meanwhile
+        assert await _health_status(port, "127.0.0.3") == 200  # another address has its own bucket
+        assert {await _health_status(port, "127.0.0.1") for _ in range(3 * burst)} == {200}  # exempt
+        await asyncio.sleep(2 / rate)
+        assert await _health_status(port, "127.0.0.2") == 200  # refilled
+        text = await _metrics(c)
+        assert _sample(text, "smg_node_http_connections_rate_limited_total") >= 2 * burst - 2
+        assert _sample(text, "smg_node_http_connections") <= 2  # refused ones hold no count (the metrics one)
+    lines = [r.getMessage() for r in caplog.records if "connection rate" in r.getMessage()]
+    assert len(lines) == 1 and "127.0.0.2" in lines[0], lines

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -18,8 +19,11 @@ import aiohttp
 import pytest
 
 from node.app import RunningNode, run_node
+from node.auth.config import AuthConfig
+from node.auth.keys import new_key
 from node.cluster.config import ClusterConfig
-from tests.http.conftest import node_config
+from node.sim.worker import SimWorker
+from tests.http.conftest import fast_sim, node_config
 from tests.procs import REPO, SMG_NODE, free_port, port_open
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -200,3 +204,86 @@ async def test_page_in_chromium_shows_the_mesh_and_a_worker_dying(llama3_model_d
 
             await _until(shows_dead_worker, 20, "the page to show the worker unhealthy")
             assert await page.eval("performance.timeOrigin") == loaded, "the same page updated itself (no reload)"
+
+
+_LOGIN = """JSON.stringify({auth: document.body.dataset.auth || "", error: document.getElementById("error").textContent,
+  asks: !document.getElementById("login").hidden, stored: sessionStorage.getItem("smg-node-status-key"),
+  workers: [...document.querySelectorAll("#workers tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent))})"""
+
+
+def _submit(key: str) -> str:
+    return f"""document.getElementById("key").value = {json.dumps(key)};
+      document.getElementById("login").requestSubmit(); true"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium package is not installed (scripts/check installs it)")
+async def test_page_asks_for_a_reader_key_on_a_node_that_requires_keys(llama3_model_dir: Path, tmp_path: Path) -> None:
+    """A node with keys on: the page loads without credentials, asks for a key, explains a refused key (401)
+    and a key of the wrong role (403), then shows the cluster with a reader key made by `smg-node keys create`,
+    and keeps it for the tab (a reload does not ask again)."""
+    bootstrap, _ = new_key()
+    async with contextlib.AsyncExitStack() as stack:
+        sim = await stack.enter_async_context(SimWorker(fast_sim(llama3_model_dir)))
+        config = dataclasses.replace(
+            node_config(llama3_model_dir, [sim.port]), auth=AuthConfig(auth_bootstrap_key=bootstrap)
+        )
+        node = await stack.enter_async_context(run_node(config))
+        created = await asyncio.to_thread(
+            subprocess.run, [*SMG_NODE, "keys", "create", "--role", "reader", "--name", "ops", "--node", node.url],
+            capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
+            env={**os.environ, "SMG_NODE_API_KEY": bootstrap},
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        reader = created.stdout.split()[0]
+        async with aiohttp.ClientSession() as s:
+            async with s.get(node.url + "/") as r:
+                assert r.status == 200 and r.content_type == "text/html"  # the page itself holds no data
+            async with s.get(node.url + "/status.json") as r:
+                assert r.status == 401
+            headers = {"Authorization": f"Bearer {bootstrap}"}
+            async with s.post(node.url + "/admin/keys", json={"role": "user"}, headers=headers) as r:
+                assert r.status == 201
+                user = (await r.json())["key"]
+
+        async with chromium_page(node.url + "/", tmp_path / "profile") as page:
+
+            async def state() -> dict[str, Any]:
+                text = await page.eval(_LOGIN)
+                return json.loads(text) if text else {}
+
+            async def shows(auth: str) -> dict[str, Any] | None:
+                now = await state()
+                return now if now.get("auth") == auth else None
+
+            asked = await _until(lambda: shows("401"), 30, "the page to ask for a key")
+            assert asked["asks"] and "requires an API key" in asked["error"] and asked["workers"] == []
+
+            await page.eval(_submit(user))
+            refused = await _until(lambda: shows("403"), 20, "the page to refuse a user key")
+            assert refused["asks"] and "reader or admin role" in refused["error"] and refused["workers"] == []
+
+            await page.eval(_submit("smg-nosuchkey-" + "x" * 32))
+            unknown = await _until(lambda: shows("401"), 20, "the page to refuse an unknown key")
+            assert "refused this key" in unknown["error"] and unknown["stored"] is None
+
+            await page.eval(_submit(reader))
+
+            async def shows_worker() -> dict[str, Any] | None:
+                now = await shows("ok")
+                return now if now and now["workers"] and now["workers"][0][3] == "healthy" else None
+
+            shown = await _until(shows_worker, 20, "the page to show the worker with the reader key")
+            assert not shown["asks"] and shown["error"] == "" and shown["stored"] == reader
+            assert shown["workers"][0][0] == f"grpc://127.0.0.1:{sim.port}"
+
+            loaded = await page.eval("performance.timeOrigin")
+            await page.eval("location.reload(); true")
+
+            async def reloaded() -> bool:
+                with contextlib.suppress(TimeoutError, KeyError):  # the page may be between documents
+                    return bool(await page.eval("performance.timeOrigin") != loaded)
+                return False
+
+            await _until(reloaded, 20, "the page to reload")
+            again = await _until(shows_worker, 20, "the reloaded page to show the worker without asking")
+            assert not again["asks"]

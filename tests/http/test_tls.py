@@ -19,6 +19,7 @@ from openai import AsyncOpenAI
 
 from node.app import RunningNode, run_node
 from node.config import HttpConfig
+from node.http.connections import HANDSHAKE_SLACK_S
 from node.sim.worker import SimWorker
 from tests.http.conftest import fast_sim, node_config
 from tests.mesh.tls_certs import CertAuthority, TlsFiles
@@ -47,12 +48,19 @@ def _der(path: Path) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def _https_node(model_dir: Path, files: TlsFiles, client_ca: str = "") -> AsyncIterator[RunningNode]:
+async def _https_node(
+    model_dir: Path, files: TlsFiles, client_ca: str = "", max_connections: int = 0, header_timeout_s: float = 20.0
+) -> AsyncIterator[RunningNode]:
     async with contextlib.AsyncExitStack() as stack:
         sim = await stack.enter_async_context(SimWorker(fast_sim(model_dir)))
         base = node_config(model_dir, [sim.port])
         http = HttpConfig(
-            port=0, tls_cert_file=str(files.cert), tls_key_file=str(files.key), tls_client_ca_file=client_ca
+            port=0,
+            tls_cert_file=str(files.cert),
+            tls_key_file=str(files.key),
+            tls_client_ca_file=client_ca,
+            max_connections=max_connections,
+            header_timeout_s=header_timeout_s,
         )
         yield await stack.enter_async_context(run_node(dataclasses.replace(base, http=http)))
 
@@ -103,6 +111,24 @@ async def test_mutual_tls_refuses_a_client_without_a_certificate(llama3_model_di
         async with httpx.AsyncClient(verify=_client_context(files.ca)) as anonymous:
             with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
                 await anonymous.get(node.url + "/health")
+
+
+async def test_failed_handshakes_give_their_connection_count_back(llama3_model_dir: Path, tmp_path: Path) -> None:
+    """A connection counts against --max-connections from its accept; one whose handshake fails never
+    reaches the HTTP layer, and must not keep its place (at the cap every later client would get a 503):
+    it is given back once the handshake deadline (header_timeout_s) has passed."""
+    files = CertAuthority(tmp_path, "leak").issue("node", hosts=["127.0.0.1"])
+    async with _https_node(llama3_model_dir, files, max_connections=3, header_timeout_s=1.0) as node:
+        for _ in range(10):
+            reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: node\r\n\r\n")  # not TLS: the handshake fails
+            with contextlib.suppress(ConnectionError):
+                await asyncio.wait_for(reader.read(), 10.0)
+            writer.close()
+        await asyncio.sleep(1.0 + HANDSHAKE_SLACK_S)
+        async with httpx.AsyncClient(verify=_client_context(files.ca), limits=httpx.Limits(max_connections=3)) as ok:
+            statuses = await asyncio.gather(*(ok.get(node.url + "/health") for _ in range(3)))
+        assert [r.status_code for r in statuses] == [200, 200, 200]
 
 
 def test_sighup_reloads_the_certificate_of_a_serving_process(llama3_model_dir: Path, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ test_mesh_runtime.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -19,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from mesh import JoinError, Keyring, MemberState, Mesh, MeshConfig, TlsError
+from mesh.limits import MAX_INBOUND_STREAMS, MAX_INBOUND_STREAMS_PER_HOST, TLS_HANDSHAKE_TIMEOUT_S
 from mesh.tls import TlsContexts
 from tests.mesh.test_mesh_runtime import CONFIG, Recorder, eventually, states
 from tests.mesh.tls_certs import CertAuthority, TlsFiles
@@ -139,6 +141,60 @@ async def test_a_handshake_is_bounded_by_the_tcp_timeout(tmp_path: Path) -> None
         assert await asyncio.wait_for(reader.read(), 5.0) == b""
         assert loop.time() - started < 3.0
         writer.close()
+
+
+async def test_handshakes_never_finished_are_capped_and_closed_while_the_members_keep_talking(tmp_path: Path) -> None:
+    await _handshake_flood(tmp_path)
+
+
+def test_the_handshake_flood_on_uvloop(tmp_path: Path) -> None:
+    uvloop.run(_handshake_flood(tmp_path))
+
+
+async def _handshake_flood(tmp_path: Path) -> None:
+    """13 sources × 8 connections that never send a ClientHello (or half of one): they count against the
+    stream caps from the accept (64 in total, 8 per address), the ones over a cap are closed at once and the
+    rest after the handshake timeout (TLS_HANDSHAKE_TIMEOUT_S, or tcp_timeout_s when shorter); the real
+    members stay alive to each other and still push-pull."""
+    ca = CertAuthority(tmp_path, "cluster")
+    async with AsyncExitStack() as stack:
+        seed = await stack.enter_async_context(Mesh(_config("seed", ca.issue("seed"))))
+        member = await stack.enter_async_context(Mesh(_config("member", ca.issue("member"))))
+        assert await member.join([seed.addr]) == 1
+        both = {"seed": MemberState.ALIVE, "member": MemberState.ALIVE}
+        await eventually(lambda: states(seed) == both and states(member) == both)
+        host, port = seed.addr.rsplit(":", 1)
+        loop = asyncio.get_running_loop()
+        flood: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        started = loop.time()
+        for source in range(2, 15):
+            for k in range(MAX_INBOUND_STREAMS_PER_HOST):
+                reader, writer = await asyncio.open_connection(host, int(port), local_addr=(f"127.0.0.{source}", 0))
+                if k % 2:
+                    writer.write(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello's first bytes
+                flood.append((reader, writer))
+        extra = [await asyncio.open_connection(host, int(port), local_addr=("127.0.0.2", 0)) for _ in range(2)]
+
+        async def closed_after(reader: asyncio.StreamReader) -> float:
+            with contextlib.suppress(ConnectionError):
+                assert await asyncio.wait_for(reader.read(), 10.0) == b""
+            return loop.time() - started
+
+        closing = asyncio.gather(*(closed_after(r) for r, _ in flood + extra))
+        while not closing.done():  # meanwhile the members keep probing each other: nobody is suspected
+            assert states(seed) == both and states(member) == both
+            await asyncio.sleep(0.05)
+        times = await closing
+        refused = seed.metrics().streams_refused
+        assert refused >= len(flood) + len(extra) - MAX_INBOUND_STREAMS, refused
+        timeout_s = min(TLS_HANDSHAKE_TIMEOUT_S, CONFIG.tcp_timeout_s)
+        assert max(times) < timeout_s + 2.0, max(times)
+        assert sorted(times)[len(times) - MAX_INBOUND_STREAMS] > timeout_s - 0.3  # held, then cut
+        for _, writer in flood + extra:
+            writer.close()
+        third = await stack.enter_async_context(Mesh(_config("third", ca.issue("third"))))
+        assert await third.join([seed.addr]) == 1  # a real handshake and push-pull still get through
+        assert seed.metrics().tls_handshake_failures == 0
 
 
 async def test_bad_tls_files_are_refused_naming_the_file(tmp_path: Path) -> None:

@@ -82,16 +82,17 @@ class CertAuthority:
         self.cert_file = directory / f"{name}-ca.crt"
         self.cert_file.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, node: str, *, hosts: Sequence[str] = ()) -> TlsFiles:
+    def issue(self, node: str, *, hosts: Sequence[str] = (), uris: Sequence[str] = ()) -> TlsFiles:
         """A certificate for ``node`` (usable as TLS server and client), its key, and this CA's file.
         ``hosts``: names or IP addresses it is also valid for (an HTTPS server's), beside the unresolvable
-        mesh name."""
+        mesh name. ``uris``: URI alternative names (a SPIFFE id)."""
         names: list[x509.GeneralName] = [x509.DNSName(f"{node}.mesh.invalid")]
         for host in hosts:
             try:
                 names.append(x509.IPAddress(ipaddress.ip_address(host)))
             except ValueError:
                 names.append(x509.DNSName(host))
+        names += [x509.UniformResourceIdentifier(uri) for uri in uris]
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         ca_public = self._key.public_key()

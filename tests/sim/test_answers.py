@@ -254,3 +254,20 @@ def test_a_script_is_written_then_ended_and_max_tokens_cuts_a_prefix() -> None:
     whole, reason = stream(100)
     assert reason == "stop" and whole[:2] == [7, 8] and whole[-2:] == [9, 900] and len(whole) == 7
     assert stream(4) == (whole[:4], "length")
+
+
+def test_a_reasoning_block_the_gateway_closed_is_answered(qwen_model_dir: Path) -> None:
+    """The continue step's prompt (node/pipeline/continuation.py): the model's reasoning cut at the budget,
+    then the family's close. The engine answers from there, without reasoning again."""
+    family, served = _family(qwen_model_dir)
+    close = served.parsers.think_close_ids
+    reasoning = served.tokenizer.encode("<think>\nLet me think about the weather in", add_special_tokens=False)
+    prompt = _prompt(served, [{"role": "user", "content": "Weather in Paris?"}])
+    if family.facts(prompt).thinking == "open":  # the template opened the block: the model did not write it
+        reasoning = reasoning[1:]
+    continued = [*prompt, *reasoning, *close]
+    assert family.facts(continued).thinking == "off"
+    for seed in range(10):
+        script = family.script(continued, None, seed, mean_length=5)
+        text = _text(family, served, script) if script is not None else ""
+        assert "<think>" not in text and "</think>" not in text

@@ -263,3 +263,33 @@ async def test_a_taken_port_fails_loudly(worker: SimWorker, sim_model: SimModel)
     with pytest.raises(PortBindError):
         async with SimWorker(replace(worker.config, port=worker.port), sim_model):
             pass
+
+
+async def test_a_call_to_a_bound_worker_is_answered_once_it_starts(
+    fast_config: SimWorkerConfig, sim_model: SimModel
+) -> None:
+    """The demo hands out a worker's address while its model loads: a health check made meanwhile waits in the
+    backlog and passes when the worker starts, rather than failing and waiting for the next check."""
+    worker = SimWorker(fast_config)
+    port = worker.bind()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            check = asyncio.ensure_future(
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+            )
+            await asyncio.sleep(0.3)
+            assert not check.done()
+            await worker.start(sim_model)
+            assert worker.port == port
+            reply = await check
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await worker.aclose()
+
+
+async def test_a_bound_worker_never_started_frees_its_port(fast_config: SimWorkerConfig, sim_model: SimModel) -> None:
+    worker = SimWorker(fast_config)
+    port = worker.bind()
+    await worker.aclose()
+    async with SimWorker(replace(fast_config, port=port), sim_model) as again:
+        assert again.port == port

@@ -9,11 +9,13 @@ import json
 import os
 import re
 import signal
+import time
 import urllib.request
 from pathlib import Path
 
 import openai
 
+from node.metrics import FLUSH_DELAY_S
 from tests.procs import SMG_NODE, free_port, http_status, port_open, process, wait_until
 
 SCRAPES = 12
@@ -56,6 +58,7 @@ def test_one_scrape_counts_every_process(llama3_model_dir: Path, tmp_path: Path)
         wait_until(lambda: port_open(sim_port), timeout_s=30, what="the sim worker to listen")
         wait_until(lambda: http_status(url + "/readiness") == 200, timeout_s=60, what="node readiness")
         wait_until(lambda: len(set(_health_pids(url, 10))) == 2, timeout_s=60, what="both processes serving")
+        time.sleep(4 * FLUSH_DELAY_S)  # the /health calls above are in the shared files
         before = _sample(_get(url + "/metrics"), "smg_node_http_requests_total", 'route="/health"')
         # /health over new connections: the kernel spreads them over both processes.
         health_calls = _health_pids(url, 20)
@@ -66,6 +69,8 @@ def test_one_scrape_counts_every_process(llama3_model_dir: Path, tmp_path: Path)
         for _ in range(completions):
             client.completions.create(model="llama3", prompt="Once upon", max_tokens=4)
 
+        # A process writes a finished request's counts to the shared files within FLUSH_DELAY_S (batched).
+        time.sleep(4 * FLUSH_DELAY_S)
         values = []
         for _ in range(SCRAPES):
             text = _get(url + "/metrics")

@@ -148,3 +148,13 @@ async def test_spans_reach_a_real_otlp_http_receiver(llama3_model_dir: Path) -> 
     }  # fmt: skip
     assert services == {"smg-node"}
     assert len({s.trace_id for s in spans}) == 1
+
+
+def test_the_sdk_is_imported_only_when_tracing_is_on() -> None:
+    """Tracing is off by default; its SDK (~0.1 s to import) is then no part of a node's start."""
+    import subprocess
+    import sys
+
+    code = "import sys, node.cli, node.app; print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "[]"

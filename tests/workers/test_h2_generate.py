@@ -281,7 +281,7 @@ async def test_the_node_reads_generate_with_the_configured_transport(llama3_mode
             async with run_node(config) as node:
                 client = node.pool.workers[0].client
                 assert isinstance(client, BreakerClient)  # the pool counts every Generate's outcome
-                assert (getattr(client.inner, "_h2", None) is not None) == (transport == "h2")
+                assert (getattr(client.inner._ep, "h2", None) is not None) == (transport == "h2")  # type: ignore[attr-defined]
                 body = {"model": node.model.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
                 async with aiohttp.ClientSession() as s, s.post(node.url + "/v1/chat/completions", json=body) as r:
                     assert r.status == 200

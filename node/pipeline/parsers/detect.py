@@ -52,9 +52,10 @@ def detect_parsers(chat_template: str, special_tokens: Iterable[str]) -> ParserC
     return ParserChoice(None, "deepseek_r1" if thinks else None)
 
 
-def detect_folder(folder: Path) -> ParserChoice:
+def detect_folder(folder: Path, added_tokens: Iterable[str] | None = None) -> ParserChoice:
     """`detect_parsers` for a Hugging Face-style model folder (tokenizer_config.json's chat_template and
-    added tokens, plus tokenizer.json's added tokens).
+    added tokens, plus tokenizer.json's added tokens). A caller that has loaded the tokenizer passes its
+    ``added_tokens``, sparing a second parse of tokenizer.json (~0.2 s for a 128k vocabulary).
 
     Raises:
         OSError: tokenizer_config.json cannot be read.
@@ -71,6 +72,8 @@ def detect_folder(folder: Path) -> ParserChoice:
     decoder = config.get("added_tokens_decoder")
     if isinstance(decoder, dict):
         tokens += [t["content"] for t in decoder.values() if isinstance(t, dict) and isinstance(t.get("content"), str)]
+    if added_tokens is not None:
+        return detect_parsers(text, [*tokens, *added_tokens])
     try:
         tokenizer = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

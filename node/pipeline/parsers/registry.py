@@ -22,7 +22,7 @@ from node.pipeline.parsers.llama3_json import llama3_json_parser
 from node.pipeline.parsers.mistral import mistral_parser
 from node.pipeline.parsers.pythonic import pythonic_parser
 from node.pipeline.parsers.qwen3_coder import qwen3_coder_parser
-from node.pipeline.parsers.think import ThinkParser
+from node.pipeline.parsers.think import THINK_END, ThinkParser
 
 HARMONY_TOOLS: Final = "openai"
 HARMONY_REASONING: Final = "gpt_oss"
@@ -48,6 +48,21 @@ TOOL_PARSERS: Final[Mapping[str, Callable[[ToolOptions], StreamParser]]] = {
 REASONING_PARSERS: Final[frozenset[str]] = frozenset(
     {"qwen3", "deepseek_r1", "deepseek_v3", "glm45", "kimi", "kimi_k2", "minimax_m2", HARMONY_REASONING}
 )
+
+
+# What each format writes to leave its reasoning block for the answer, as its chat template renders a past
+# turn (the newline some write before the end marker is reasoning text, not part of the close). When a
+# reasoning budget runs out inside the block the gateway appends it and the model answers from there
+# (node/pipeline/continuation.py). Harmony has no think block: not listed, its reasoning is not budgeted.
+REASONING_CLOSE: Final[Mapping[str, str]] = {
+    "qwen3": THINK_END + "\n\n",
+    "deepseek_r1": THINK_END + "\n\n",
+    "minimax_m2": THINK_END + "\n\n",
+    "deepseek_v3": THINK_END,
+    "kimi": THINK_END,
+    "kimi_k2": THINK_END,
+    "glm45": THINK_END + "\n",
+}
 
 
 class UnknownParserError(ValueError):

@@ -17,6 +17,18 @@ def test_prepared_folders(llama3_model_dir: Path, deepseek_model_dir: Path, qwen
     assert detect_folder(qwen_model_dir) == ParserChoice("hermes", "qwen3")
 
 
+def test_added_tokens_of_a_loaded_tokenizer_detect_alike(
+    llama3_model_dir: Path, deepseek_model_dir: Path, qwen_model_dir: Path
+) -> None:
+    """The simulated engine passes its loaded tokenizer's added tokens instead of a re-parse of tokenizer.json."""
+    from tokenizers import Tokenizer
+
+    for folder in (llama3_model_dir, deepseek_model_dir, qwen_model_dir):
+        raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        added = [token.content for token in raw.get_added_tokens_decoder().values()]
+        assert detect_folder(folder, added_tokens=added) == detect_folder(folder)
+
+
 # Snippets of each family's published chat template (and special tokens) that the rules key on.
 @pytest.mark.parametrize(
     ("template", "tokens", "expected"),
