@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -353,6 +353,15 @@ def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
 def run_point(load: ChatLoad) -> LoadResult:
     """Run one load point on a fresh event loop (uvloop when installed) and return its samples."""
     return run_async(lambda: _run_point(load))
+
+
+def run_points(loads: Sequence[ChatLoad]) -> list[LoadResult]:
+    """Run several load points at once on one fresh event loop (one per gateway of a cluster, say)."""
+
+    async def together() -> list[LoadResult]:
+        return list(await asyncio.gather(*(_run_point(load) for load in loads)))
+
+    return run_async(together)
 
 
 def served_models(base_url: str, timeout_s: float = 2.0) -> list[str]:

@@ -9,8 +9,7 @@ each registering every worker and joined into one mesh (loopback timing profile,
 they settle, each node's CPU over ``--seconds`` is read from /proc: health checks, load polling, SWIM
 probes, gossip and state sync are all there is. The target (issue 13): under 1 % of a core per node.
 
-CPU per request with 1, 3 and 8 meshed nodes under one load is `bench.affinity_bench`'s ``mesh`` variant:
-``--variants mesh --gateways-per-variant N``.
+CPU per request with 1, 3 and 8 meshed nodes under one closed-loop load is `bench.mesh_load`.
 """
 
 from __future__ import annotations

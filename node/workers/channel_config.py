@@ -128,8 +128,11 @@ class ChannelConfig:
             ),
         )
 
-    def grpc_options(self, max_message_bytes: int) -> list[tuple[str, int | str]]:
-        """grpc.aio channel options with the same liveness as the h2 transport."""
+    def grpc_options(self, max_message_bytes: int, *, ping_without_calls: bool = True) -> list[tuple[str, int | str]]:
+        """grpc.aio channel options with the same liveness as the h2 transport. ``ping_without_calls``: the
+        channel carries the health checks (every interval), so pinging it between calls too is allowed by
+        the worker and finds a dead path before the next request does; without them (they go over the h2
+        connection) an idle channel's pings draw ENHANCE_YOUR_CALM ("too_many_pings") GOAWAYs."""
         keepalive = self.keepalive
         options: list[tuple[str, int | str]] = [
             ("grpc.max_send_message_length", max_message_bytes),
@@ -139,9 +142,8 @@ class ChannelConfig:
             # grpc core (>= 1.5x) waits for any PING's ACK this long before failing the connection, whatever
             # keepalive_timeout says (its default, a minute, would let a stream hang that long).
             ("grpc.http2.ping_timeout_ms", int(keepalive.timeout_s * 1000)),
-            # The channel carries health checks every interval, so it is rarely without calls; pinging then
-            # too finds a dead path before the next request does. Workers must permit it (vLLM's server does).
-            ("grpc.keepalive_permit_without_calls", 1),
+            # Workers must permit it (vLLM's server does) while the channel carries the health checks.
+            ("grpc.keepalive_permit_without_calls", 1 if ping_without_calls else 0),
             # grpc's default (2) stops pinging a long server stream, whose client sends nothing after the
             # request: unlimited, so a Generate stream over grpc.aio also notices a vanished worker.
             ("grpc.http2.max_pings_without_data", 0),

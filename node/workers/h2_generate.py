@@ -1,9 +1,10 @@
-"""Server-streaming gRPC calls (Generate) over our own HTTP/2 connection, without grpc.aio.
+"""gRPC calls (Generate, and the health checks' unary calls) over our own HTTP/2 connection, without grpc.aio.
 
 Why: grpc.aio spends ~25-40 µs of CPU per received message (a batch op, a future, a wake-up byte through its
 poller thread, a resume on the loop) and delivers at most one message per loop iteration; frames parsed in
 ``data_received`` cost a third of that and hand a reader every message that arrived together (bench/RESULTS.md,
-"Streaming CPU per request"). Unary RPCs stay on grpc.aio.
+"Streaming CPU per request"). The same holds for a unary call (``unary``): the health checks' Health and GetLoads
+of every worker every interval were most of an idle node's CPU over grpc.aio (bench/RESULTS.md, "Mesh cost").
 
 A thin asyncio shell around the sans-IO ``H2Connection``: one connection per worker, multiplexing every call
 (like a gRPC channel), opened on first use and again after it was lost, went silent past its keepalive
@@ -24,7 +25,14 @@ from collections.abc import AsyncGenerator, Sequence
 
 import hpack
 
-from node.workers.grpc_wire import UNAVAILABLE, GrpcStatus, encode_message, request_headers
+from node.workers.grpc_wire import (
+    DEADLINE_EXCEEDED,
+    INTERNAL,
+    UNAVAILABLE,
+    GrpcStatus,
+    encode_message,
+    request_headers,
+)
 from node.workers.h2_connection import H2Connection, Stream
 from node.workers.h2_keepalive import Keepalive, KeepaliveAction, KeepaliveConfig
 
@@ -266,6 +274,26 @@ class H2GenerateChannel:
                 conn.flush()
                 self._stream_freed()
             conn.close_if_idle()
+
+    async def unary(self, path: str, message: bytes, *, timeout_s: float) -> bytes:
+        """The one response message of a unary call.
+
+        Raises CallFailed: the call's non-OK status, DEADLINE_EXCEEDED after ``timeout_s`` (the stream is
+        reset), INTERNAL when the worker answered with no message or more than one.
+        """
+        calls = self.call(path, message)
+        got: list[bytes] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for batch in calls:
+                    got += batch
+        except TimeoutError:
+            raise CallFailed(GrpcStatus(DEADLINE_EXCEEDED, "Deadline Exceeded")) from None
+        finally:
+            await calls.aclose()  # a timeout or a cancellation resets the stream
+        if len(got) != 1:
+            raise CallFailed(GrpcStatus(INTERNAL, f"a unary call answered {len(got)} messages"))
+        return got[0]
 
     async def close(self) -> None:
         """Close every connection; calls still running fail UNAVAILABLE."""

@@ -1,10 +1,12 @@
 """Worker health checks: one loop per worker, each check bounded, judged with this node's own lag in mind.
 
-A check is HealthCheck, then (once) GetModelInfo, then GetLoads unless the KV-event stream carries loads. A
-worker leaves rotation after ``health_failures_to_unhealthy`` failed checks in a row and returns after one
-passed check. Lifeguard's local health awareness, for workers: a node whose event loop lags (a CPU-heavy
-request, GC, an overloaded host) cannot time a worker's answers, so its checks' deadlines stretch by the lag
-it measures, and failures while it lags count only after ``MAX_EXCUSED_CHECKS`` of them.
+A check is HealthCheck, then (once) GetModelInfo, then GetLoads unless the KV-event stream carries loads; a
+worker in rotation that answers GetLoads is checked with GetLoads alone, and with HealthCheck too only every
+``HEALTH_RPC_EVERY`` checks (see there). A worker leaves rotation after ``health_failures_to_unhealthy``
+failed checks in a row and returns after one passed check. Lifeguard's local health awareness, for workers:
+a node whose event loop lags (a CPU-heavy request, GC, an overloaded host) cannot time a worker's answers, so
+its checks' deadlines stretch by the lag it measures, and failures while it lags count only after
+``MAX_EXCUSED_CHECKS`` of them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ LAGGING_S = 0.25
 #: At most this many failed checks between two passed ones are excused that way: a dead worker still leaves
 #: rotation on a node that lags all the time, after (failures_to_unhealthy + this) checks.
 MAX_EXCUSED_CHECKS = 3
+#: An answered GetLoads proves the worker's server is up and its engine loop answers, so a worker in rotation
+#: whose last check passed is checked with GetLoads alone (one RPC per worker per interval: the RPCs were
+#: most of an idle node's CPU with 64 workers), and HealthCheck (the engine's own verdict: a vLLM engine
+#: that died behind a live server) goes out too on every this-many-th check, and on every check after a
+#: failure, while out of rotation and when GetLoads gives no load. Bounds, in checks (one per interval):
+#: a worker that stops answering leaves after ``health_failures_to_unhealthy`` as before; one whose server
+#: answers while its engine reports unhealthy after at most ``HEALTH_RPC_EVERY - 1`` more.
+HEALTH_RPC_EVERY = 5
 
 
 class HealthChecker:
@@ -82,19 +92,34 @@ class HealthChecker:
         )
 
     async def _probe(self, worker: Worker, rpc_timeout_s: float) -> bool:
-        """Health, then (once) the model info and the load; False with ``last_error`` set on a failure."""
-        ok = await worker.client.health(timeout_s=rpc_timeout_s)
+        """Health, then (once) the model info and the load; False with ``last_error`` set on a failure.
+        GetLoads alone when it proves enough (``HEALTH_RPC_EVERY``)."""
+        poll_loads = not (worker.kv_events == "streaming" and worker.stream_loads)  # streamed loads are fresher
+        loads_only = (
+            poll_loads
+            and worker.answers_loads
+            and worker.healthy
+            and worker.consecutive_failures == 0
+            and worker.excused_checks == 0
+            and worker.checks_without_health < HEALTH_RPC_EVERY - 1
+        )
+        ok = True if loads_only else await worker.client.health(timeout_s=rpc_timeout_s)
         try:
             if ok and worker.info is None:
                 worker.info = await worker.client.model_info(timeout_s=rpc_timeout_s)
                 self._on_model_info()
-            if ok and not (worker.kv_events == "streaming" and worker.stream_loads):  # those are fresher
+            if ok and poll_loads:
                 load = await worker.client.loads(timeout_s=rpc_timeout_s)
+                worker.answers_loads = load is not None
                 if load is not None:
                     set_load(worker, load)
+                elif loads_only:  # no load after all: only HealthCheck can tell
+                    loads_only = False
+                    ok = await worker.client.health(timeout_s=rpc_timeout_s)
         except WorkerFailed as exc:
             ok = False
             worker.last_error = exc.message
+        worker.checks_without_health = worker.checks_without_health + 1 if loads_only and ok else 0
         return ok
 
     async def _check(self, worker: Worker) -> None:

@@ -3,7 +3,8 @@
 Protobuf messages are untyped; they are built and read only in this module, so `Any` stops here.
 One channel per worker is reused by every request (HTTP/2 multiplexing). Generate streams are read either
 through that channel or, by default, through our own HTTP/2 connection (``node.workers.h2_generate``: a
-fraction of grpc.aio's CPU per streamed message); every other RPC stays on grpc.aio.
+fraction of grpc.aio's CPU per streamed message). The health checks' HealthCheck and GetLoads, sent to every
+worker every interval, take the same connection when it is in use; every other RPC stays on grpc.aio.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from node.errors import KvEventsUnsupported, WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerRejected, WorkerUnavailable
+from node.workers.grpc_wire import UNIMPLEMENTED
 from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
@@ -54,6 +56,10 @@ REFRESH_S = 30.0
 #: default request_timeout_s), then close.
 RETIRE_GRACE_S = 600.0
 _GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
+_HEALTH_PATH = "/vllm.grpc.engine.VllmEngine/HealthCheck"
+_LOADS_PATH = "/vllm.grpc.engine.VllmEngine/GetLoads"
+_HEALTH_REQUEST = pb.HealthCheckRequest().SerializeToString()
+_LOADS_REQUEST = pb.GetLoadsRequest().SerializeToString()
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # (grpc-stubs lacks it) what read() returns at the end
 
 
@@ -205,7 +211,9 @@ class VllmGrpcClient:
 
     def _open(self, pinned: PinnedTarget) -> _Endpoint:
         target, config = self._target, self._config
-        options = config.grpc_options(MAX_MESSAGE_BYTES)
+        # With the h2 transport the health checks leave this channel (see ``health``): it idles between the
+        # rare calls it still carries (GetModelInfo, Abort, the KV-event stream), so no pings without calls.
+        options = config.grpc_options(MAX_MESSAGE_BYTES, ping_without_calls=self._transport != "h2")
         grpc_target = target.authority
         if target.ip is None:
             grpc_target = pinned.grpc_target()
@@ -302,11 +310,14 @@ class VllmGrpcClient:
 
     async def health(self, *, timeout_s: float) -> bool:
         try:
-            stub = (await self._endpoint(refresh=True)).stub
-            r = await stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
+            ep = await self._endpoint(refresh=True)
+            if ep.h2 is not None:
+                data = await ep.h2.unary(_HEALTH_PATH, _HEALTH_REQUEST, timeout_s=timeout_s)
+                return bool(pb.HealthCheckResponse.FromString(data).healthy)
+            r = await ep.stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
         except WorkerUnavailable:
             return False
-        except grpc.aio.AioRpcError:
+        except (grpc.aio.AioRpcError, CallFailed, DecodeError):
             self._resolved_at = -math.inf  # a failed check asks the resolver again next time
             return False
         return bool(r.healthy)
@@ -358,13 +369,26 @@ class VllmGrpcClient:
             call.cancel()
 
     async def loads(self, *, timeout_s: float) -> EngineLoad | None:
-        """The engine's load (GetLoads); None when the worker does not implement it."""
-        stub = (await self._endpoint()).stub
+        """The engine's load (GetLoads); None when the worker does not implement it. A health check's RPC (often
+        its only one): a named worker is looked up again when due, and after a failure."""
+        ep = await self._endpoint(refresh=True)
+        if ep.h2 is not None:
+            try:
+                data = await ep.h2.unary(_LOADS_PATH, _LOADS_REQUEST, timeout_s=timeout_s)
+                return convert_get_loads(pb.GetLoadsResponse.FromString(data))
+            except CallFailed as exc:
+                if exc.status.code == UNIMPLEMENTED:
+                    return None
+                self._resolved_at = -math.inf  # a failed check asks the resolver again next time
+                raise _call_error(self._url, "GetLoads", exc) from exc
+            except DecodeError as exc:
+                raise WorkerFailed(f"worker {self._url}: GetLoads failed: INTERNAL: {exc}") from exc
         try:
-            r = await stub.GetLoads(pb.GetLoadsRequest(), timeout=timeout_s)
+            r = await ep.stub.GetLoads(pb.GetLoadsRequest(), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return None
+            self._resolved_at = -math.inf
             raise _rpc_error(self._url, "GetLoads", exc) from exc
         return convert_get_loads(r)
 

@@ -27,6 +27,8 @@ class Worker:
     load: LoadView | None = None
     kv_events: str = "unknown"  # unknown | streaming | unsupported | retrying
     stream_loads: bool = False  # its KV-event stream carries load records (then GetLoads polls are skipped)
+    answers_loads: bool = False  # its last GetLoads returned a load (it implements GetLoads)
+    checks_without_health: int = 0  # passed checks in a row that sent GetLoads alone (no HealthCheck RPC)
     last_error: str = field(default="")
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
