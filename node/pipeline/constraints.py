@@ -263,6 +263,14 @@ def resolve(
     Raises:
         InvalidRequest: a field is malformed or cannot be enforced, or two fields constrain the output.
     """
+    if (
+        response_format is None
+        and text_format is None
+        and structured_outputs is None
+        and tool_choice is None
+        and not (legacy and any(value is not None for value in legacy.values()))
+    ):
+        return None  # the usual request: nothing constrains its output
     found: list[tuple[str, OutputConstraint]] = []
     for param, constraint in (
         ("response_format", from_response_format(response_format)),

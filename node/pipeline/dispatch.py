@@ -250,10 +250,11 @@ class Dispatch:
                 if len(outs) == 1 and contract.passes(outs[0]):
                     checked: Sequence[WorkerOutput] = outs
                     cut = False
+                    tokens = len(outs[0].token_ids)
                 else:
-                    checked, cut = _police(contract, outs)
+                    checked, cut, tokens = _police(contract, outs)
                 # Token arrival times for TTFT and time per output token (node/telemetry/record.py).
-                rec.tokens(len(checked[0].token_ids) if len(checked) == 1 else sum(len(o.token_ids) for o in checked))
+                rec.tokens(tokens)
                 # Messages that arrived together become one list of events: one write to the client.
                 events = output.feed(checked)
                 if events:
@@ -288,22 +289,19 @@ class Dispatch:
                 self._pool.abort_soon(worker, spec.request_id)
 
 
-def _police(contract: WorkerContract, outs: Sequence[WorkerOutput]) -> tuple[Sequence[WorkerOutput], bool]:
-    """The messages the contract lets through (possibly cut), and whether it cut the stream. Raises
-    WorkerProtocolError. Messages that break no rule pass as they are: no verdict or list is built for them."""
-    if len(outs) == 1:
-        out = outs[0]
-        if contract.passes(out):
-            return outs, False
-        verdict = contract.check(out)
-        return verdict.outputs, verdict.abort_stream
+def _police(contract: WorkerContract, outs: Sequence[WorkerOutput]) -> tuple[Sequence[WorkerOutput], bool, int]:
+    """The messages the contract lets through (possibly cut), whether it cut the stream, and how many ids they
+    carry. Raises WorkerProtocolError. Messages that break no rule pass as they are: no verdict is built."""
     checked: list[WorkerOutput] = []
+    tokens = 0
     for out in outs:
         if contract.passes(out):
             checked.append(out)
+            tokens += len(out.token_ids)
             continue
         verdict = contract.check(out)
         checked.extend(verdict.outputs)
+        tokens += sum(len(o.token_ids) for o in verdict.outputs)
         if verdict.abort_stream:
-            return checked, True  # nothing after the cut is relayed
-    return checked, False
+            return checked, True, tokens  # nothing after the cut is relayed
+    return checked, False, tokens
