@@ -160,8 +160,11 @@ def wait_port(service: Service, port: int, timeout_s: float) -> None:
     raise LaunchError(f"{service.name} did not open port {port} in {timeout_s:.0f} s:\n{service.log_tail()}")
 
 
-def wait_gateway_ready(service: Service, base_url: str, pool: PromptPool, timeout_s: float) -> str:
-    """Wait until the gateway lists a model and completes one streaming request; return the model id.
+def wait_gateway_ready(
+    service: Service, base_url: str, pool: PromptPool, timeout_s: float, headers: tuple[tuple[str, str], ...] = ()
+) -> str:
+    """Wait until the gateway lists a model and completes one streaming request (both sent with
+    ``headers``); return the model id.
 
     Raises:
         LaunchError: the gateway exited, or was not ready within ``timeout_s``.
@@ -171,7 +174,7 @@ def wait_gateway_ready(service: Service, base_url: str, pool: PromptPool, timeou
     while time.monotonic() < deadline:
         if not service.alive():
             raise LaunchError(f"{service.name} exited with {service.process.returncode}:\n{service.log_tail()}")
-        models = served_models(base_url)
+        models = served_models(base_url, headers=headers)
         if models:
             probe = ChatLoad(
                 base_url=base_url,
@@ -183,6 +186,7 @@ def wait_gateway_ready(service: Service, base_url: str, pool: PromptPool, timeou
                 first_number=0,
                 max_requests=1,
                 request_timeout_s=10.0,
+                headers=headers,
             )
             result = run_point(probe)
             if result.samples:

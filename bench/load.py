@@ -85,6 +85,7 @@ class ChatLoad:
     max_requests: int = 0  # 0: only the duration bounds the point
     request_timeout_s: float = 120.0
     api: str = "chat"  # "chat": /v1/chat/completions; "messages": Anthropic's /v1/messages
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (credentials, say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +140,11 @@ def _data_of(data: bytes, event: bytes) -> dict[str, object]:
     return value
 
 
-async def stream_messages(session: aiohttp.ClientSession, url: str, body: bytes) -> Sample:
-    """One streaming Anthropic Messages request read to the end (TTFT: the first text_delta).
+async def stream_messages(
+    session: aiohttp.ClientSession, url: str, body: bytes, extra: dict[str, str] | None = None
+) -> Sample:
+    """One streaming Anthropic Messages request (with ``extra`` headers, which override the default
+    ``x-api-key``) read to the end (TTFT: the first text_delta).
 
     Raises:
         LoadError: non-200 status, an error event or a malformed stream.
@@ -150,7 +154,12 @@ async def stream_messages(session: aiohttp.ClientSession, url: str, body: bytes)
     first = 0.0
     head = b""
     tail = b""
-    headers = {"Content-Type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "bench"}
+    headers = {
+        "Content-Type": "application/json",
+        "anthropic-version": "2023-06-01",
+        "x-api-key": "bench",
+        **(extra or {}),
+    }
     async with session.post(url, data=body, headers=headers) as response:
         if response.status != 200:
             raise LoadError(f"HTTP {response.status}: {(await response.text())[:300]}")
@@ -278,6 +287,7 @@ async def _run_point(load: ChatLoad) -> LoadResult:
     messages = load.api == "messages"
     url = load.base_url.rstrip("/") + ("/v1/messages" if messages else "/v1/chat/completions")
     make_body = messages_body if messages else request_body
+    headers = dict(load.headers)
     samples: list[Sample] = []
     errors: list[str] = []
     error_count = 0
@@ -300,7 +310,11 @@ async def _run_point(load: ChatLoad) -> LoadResult:
             body = make_body(load.model, load.pool.text(number), load.max_tokens)
             number += 1
             try:
-                sample = await (stream_messages(session, url, body) if messages else stream_chat(session, url, body))
+                sample = await (
+                    stream_messages(session, url, body, headers)
+                    if messages
+                    else stream_chat(session, url, body, headers)
+                )
                 samples.append(sample)
             except (LoadError, aiohttp.ClientError, TimeoutError) as exc:
                 error_count += 1
@@ -324,11 +338,11 @@ async def _run_point(load: ChatLoad) -> LoadResult:
     )
 
 
-async def _get_models(base_url: str, timeout_s: float) -> list[str]:
+async def _get_models(base_url: str, timeout_s: float, headers: dict[str, str]) -> list[str]:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(base_url.rstrip("/") + "/v1/models") as response,
+        session.get(base_url.rstrip("/") + "/v1/models", headers=headers) as response,
     ):
         if response.status != 200:
             return []
@@ -364,9 +378,10 @@ def run_points(loads: Sequence[ChatLoad]) -> list[LoadResult]:
     return run_async(together)
 
 
-def served_models(base_url: str, timeout_s: float = 2.0) -> list[str]:
-    """Model ids the gateway lists at /v1/models; empty while it is not ready or unreachable."""
+def served_models(base_url: str, timeout_s: float = 2.0, headers: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """Model ids the gateway lists at /v1/models (asked with ``headers``); empty while it is not ready, is
+    unreachable, or refuses the credentials."""
     try:
-        return run_async(lambda: _get_models(base_url, timeout_s))
+        return run_async(lambda: _get_models(base_url, timeout_s, dict(headers)))
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return []
