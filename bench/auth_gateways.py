@@ -1,6 +1,6 @@
 """CPU per request added by data-plane authentication, end to end: smg-node and SMG side by side.
 
-    .venv/bin/python -m bench.auth_gateways            # 5 repetitions, 10 s per run (~10 min)
+    .venv/bin/python -m bench.auth_gateways            # 5 repetitions, 10 s per run (~8 min)
     .venv/bin/python -m bench.auth_gateways --quick    # one repetition, 1 s per run (< 60 s)
     .venv/bin/python -m bench.auth_gateways --gateways smg-node --auths none,key,jwt
 
