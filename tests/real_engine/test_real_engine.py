@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from node.errors import WorkerFailed
 from tests.real_engine import launcher
 from tests.real_engine.conftest import Front
 from tests.sim._schema_check import errors
@@ -102,24 +103,34 @@ async def test_kv_events_reach_the_cache_aware_index(front: Front) -> None:
 
 async def test_client_disconnect_aborts_the_engine_request(front: Front) -> None:
     body = {"model": front.model, "prompt": "go on", "max_tokens": 1500, "ignore_eos": True, "stream": True, **GREEDY}
+
+    async def running() -> bool:
+        try:
+            load = await front.engine.loads(timeout_s=5)
+        except WorkerFailed:
+            return False  # a CPU-bound engine answers GetLoads slowly while it generates: ask again
+        return load is not None and load.running >= 1
+
+    # Setup: the request is seen running in the engine while its tokens still stream to the client (asked
+    # between chunks, so the answer cannot have ended or been aborted before the engine reported it).
     async with aiohttp.ClientSession() as http, http.post(f"{front.node.url}/v1/completions", json=body) as resp:
         assert resp.status == 200
         seen = 0
+        until = time.monotonic() + 60
         async for line in resp.content:
             seen += line.startswith(b"data: ")
-            if seen == 3:
+            if seen >= 3 and await running():
                 break
-
-        async def running() -> bool:
-            load = await front.engine.loads(timeout_s=5)
-            return load is not None and load.running >= 1
-
-        # Setup only: a CPU-bound engine answers GetLoads slowly while it generates on a busy machine.
-        await _until(running, 30, "the request running in the engine")
+            assert time.monotonic() < until, "the request never showed as running in the engine"
+        else:
+            raise AssertionError("the stream ended before the request showed as running in the engine")
     # The client is gone: the node must abort, and the engine stop generating long before 1,500 tokens.
 
     async def idle() -> bool:
-        load = await front.engine.loads(timeout_s=2)
+        try:
+            load = await front.engine.loads(timeout_s=2)
+        except WorkerFailed:
+            return False  # not known to be idle: asked again until the bound below
         return load is not None and load.running == 0 and load.waiting == 0
 
     started = time.monotonic()

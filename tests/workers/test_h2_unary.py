@@ -1,4 +1,5 @@
-"""The health checks' unary calls (HealthCheck, GetLoads) over our own HTTP/2 connection, next to grpc.aio."""
+"""The health checks' unary calls (HealthCheck, GetLoads): through the client (grpc.aio carries them while
+``node.workers.vllm_grpc._CHECKS_OVER_H2`` is off) and over our own HTTP/2 connection's unary call directly."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ async def test_health_and_loads_over_h2_answer_as_over_grpc_aio(worker: SimWorke
         assert await h2.loads(timeout_s=2.0) == await aio.loads(timeout_s=2.0)
         # Many checks share the one connection (no connection per call).
         assert all(await asyncio.gather(*(h2.health(timeout_s=2.0) for _ in range(50))))
+        # The h2 connection's own unary call answers as grpc.aio does.
+        ep = await h2._endpoint()
+        assert ep.h2 is not None
+        raw = await ep.h2.unary("/vllm.grpc.engine.VllmEngine/HealthCheck", b"", timeout_s=2.0)
+        assert pb.HealthCheckResponse.FromString(raw).healthy is True
     finally:
         await h2.close()
         await aio.close()
