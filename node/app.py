@@ -319,6 +319,8 @@ async def run_node(
         add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh, limiter=shared.limiter)
         admin_url = None
         if admin is not app:
+            # The status page's /metrics link is relative: the admin listener serves it too (same roles).
+            admin.router.add_get("/metrics", metrics.handle)
             admin_url = await _serve_admin(stack, admin, config.auth.admin_addr, admin_tls)
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s

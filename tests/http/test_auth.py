@@ -265,6 +265,11 @@ async def test_the_admin_api_on_its_own_listener(llama3_model_dir: Path) -> None
         assert (await admin.call("GET", "/workers", BOOTSTRAP))[0] == 200
         assert (await public.call("GET", "/v1/models", created["key"]))[0] == 200
         assert (await admin.call("GET", "/v1/models", created["key"]))[0] == 404
+        # The status page lives here, and its /metrics link is relative: both listeners serve /metrics.
+        assert (await admin.call("GET", "/status.json", BOOTSTRAP))[0] == 200
+        assert (await admin.call("GET", "/metrics", BOOTSTRAP))[0] == 200
+        assert (await admin.call("GET", "/metrics", None))[0] == 401
+        assert (await public.call("GET", "/metrics", BOOTSTRAP))[0] == 200
 
 
 async def test_prompt_plus_output_budget_is_reserved_at_admission_and_settled_to_actual_usage(
