@@ -272,6 +272,11 @@ async def run_node(
         lag_monitor.export(metrics.registry)
         middlewares: list[Middleware] = []
         if config.auth.enforced(config.http.host):
+            if not keys.durable:
+                log.warning(
+                    "API keys made with /admin/keys are kept in the cluster's memory only: if every node stops "
+                    "they are gone; keep them with --history-backend redis or postgres, or --keys-file FILE"
+                )
             authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
             failures = metrics.auth_failures
             jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
