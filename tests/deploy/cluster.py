@@ -10,7 +10,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +134,7 @@ class Cluster:
     project: str
     port: int
     timings: dict[str, float] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)  # compose variables a test sets (SMG_POLICY, ...)
 
     @property
     def url(self) -> str:
@@ -148,11 +149,24 @@ class Cluster:
             "SMG_DEBIAN_IMAGE": BASE_IMAGE,
             "SMG_PORT": str(self.port),
             "SMG_LB_STATS_PORT": str(free_port()),
+            **self.extra_env,
         }
 
-    def run(self, args: Sequence[str], timeout_s: float = COMPOSE_TIMEOUT_S, cwd: Path = REPO) -> str:
+    def run(
+        self,
+        args: Sequence[str],
+        timeout_s: float = COMPOSE_TIMEOUT_S,
+        cwd: Path = REPO,
+        env: Mapping[str, str] | None = None,
+    ) -> str:
         result = subprocess.run(
-            list(args), cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout_s, check=False
+            list(args),
+            cwd=cwd,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
         )
         if result.returncode:
             raise RuntimeError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
