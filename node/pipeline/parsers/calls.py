@@ -53,17 +53,21 @@ class CallEmitter:
         known = self.options.tools
         return bool(calls) and (known is None or all(call.name in known for call in calls))
 
+    def accepts_name(self, name: str) -> bool:
+        known = self.options.tools
+        return known is None or name in known
+
+    def start(self, name: str, call_id: str | None = None) -> ToolCallStart:
+        """The next call's start (its index and id assigned here)."""
+        index = self.count
+        self.count += 1
+        return ToolCallStart(index, call_id or f"{self.options.id_prefix}{index}", name)
+
     def emit(self, calls: Sequence[ParsedCall]) -> list[Event]:
         events: list[Event] = []
         for call in calls:
-            index = self.count
-            self.count += 1
-            call_id = call.id or f"{self.options.id_prefix}{index}"
-            events += (
-                ToolCallStart(index, call_id, call.name),
-                ToolCallArgsDelta(index, call.arguments),
-                ToolCallEnd(index),
-            )
+            start = self.start(call.name, call.id)
+            events += (start, ToolCallArgsDelta(start.index, call.arguments), ToolCallEnd(start.index))
         return events
 
     def schema_type(self, function: str, parameter: str) -> str | None:

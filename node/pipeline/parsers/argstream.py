@@ -1,0 +1,139 @@
+"""Streaming one tool call's JSON arguments as the model writes them (Hermes/Qwen, Mistral ``[ARGS]``,
+DeepSeek V3/V3.1, Kimi K2, gpt-oss Harmony).
+
+A `CallStream` reads the text of one call block (what follows its begin marker) as it arrives, given only
+text that cannot be part of the end marker. Its life:
+
+- HEAD: the text before the arguments is held (the old degrade rule applies) until the format's `head`
+  pattern matches the block's start *through the arguments' opening brace*: the name is then known. A name the
+  request did not list, or no match within `MAX_HEAD_CHARS`, is HOLD: the block is held to its end marker and
+  decided whole, as before (`calls.py`: a call or content verbatim). Otherwise ``ToolCallStart`` goes out
+  (name first, no arguments yet). Starting at the brace rather than at the name keeps "arguments that are not
+  an object" (``"arguments": "..."``, a list) on the old, whole-block path.
+- ARGS: characters are fed to a `JsonPrefix` and every accepted one is released as ``ToolCallArgsDelta``: the
+  fragments are the model's own text, so their concatenation is the arguments object exactly as written
+  (whitespace included), and the non-streaming ``arguments`` is that same concatenation.
+- TRAILER: once the object closes, what follows (the wrapper's ``}``, DeepSeek V3's closing fence, blanks) is
+  held and checked against the format's `trailer` pattern when the call ends.
+- SPILL: a character that breaks the JSON ends the call (``ToolCallEnd``, the arguments as sent so far) and it
+  and the rest of the block, end marker included, are content: a started call cannot be taken back, and no
+  text is lost.
+
+Ends: at the end marker the call ends (the arguments may be unfinished: the model closed the call); a trailer
+that does not fit is content after ``ToolCallEnd``. At the end of output (max_tokens) a started call ends with
+the arguments sent so far, as OpenAI ends a call cut by ``length``. Past ``max_call_chars`` the block is not
+held: a started call ends where the bound falls and the rest is content (`BlockToolParser` passes the rest of
+the output through).
+
+Chunk-boundary rule: every decision is a function of the block's text so far. `head` patterns are anchored
+and unambiguous up to the brace (the match found in a prefix is the match in any extension), `JsonPrefix`
+decides per character, and the parser never advances into a possible end-marker prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from node.pipeline.parsers.calls import CallEmitter
+from node.pipeline.parsers.events import ContentDelta, Event, ToolCallArgsDelta, ToolCallEnd
+from node.pipeline.parsers.jsonprefix import JsonPrefix
+
+# A head (name, id, wrapper keys) is a few dozen characters; a block whose arguments have not begun by then is
+# decided whole at its end marker, and the head pattern is not re-run over a long held block on every feed.
+MAX_HEAD_CHARS: Final = 512
+
+_HEAD, _HOLD, _ARGS, _TRAILER, _SPILL = range(5)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRule:
+    """How a format's call block streams: ``head`` matches from the block's start through the arguments'
+    ``{`` (group ``name`` unless the name is known beforehand, optional group ``id``); ``trailer`` fullmatches
+    what may follow the arguments object up to the end marker."""
+
+    head: re.Pattern[str]
+    trailer: re.Pattern[str]
+
+
+_BLANK: Final = re.compile(r"\s*")
+
+
+class CallStream:
+    __slots__ = ("_index", "_json", "_name", "_pos", "_rule", "_state")
+
+    def __init__(self, rule: StreamRule, name: str | None = None) -> None:
+        self._rule = rule
+        self._name = name  # known from outside the block (Harmony's recipient)
+        self._state = _HEAD
+        self._json = JsonPrefix()
+        self._pos = 0  # the block's characters before this were consumed (in TRAILER: where the trailer starts)
+        self._index = -1
+
+    @property
+    def started(self) -> bool:
+        return self._state >= _ARGS
+
+    def advance(self, block: str, upto: int, calls: CallEmitter, out: list[Event]) -> None:
+        """Read ``block[:upto]`` (``upto`` never reaches into a possible end marker)."""
+        if self._state == _HEAD:
+            match = self._rule.head.match(block, 0, min(upto, MAX_HEAD_CHARS))
+            if match is None:
+                if upto >= MAX_HEAD_CHARS:
+                    self._state = _HOLD
+                return
+            name = self._name if self._name is not None else match["name"]
+            if not name or not calls.accepts_name(name):
+                self._state = _HOLD
+                return
+            start = calls.start(name, match.groupdict().get("id"))
+            out.append(start)
+            self._index = start.index
+            self._state, self._pos = _ARGS, match.end() - 1
+        if self._state >= _ARGS:
+            self._release(block, upto, out)
+
+    def _release(self, block: str, upto: int, out: list[Event]) -> None:
+        if self._state == _ARGS and upto > self._pos:
+            pos = self._pos
+            stop = self._json.feed(block, pos, upto)
+            if stop > pos:
+                out.append(ToolCallArgsDelta(self._index, block[pos:stop]))
+            self._pos = stop
+            if self._json.done:
+                self._state = _TRAILER
+            elif self._json.broken:
+                out.append(ToolCallEnd(self._index))
+                self._state = _SPILL
+        if self._state == _SPILL and upto > self._pos:
+            out.append(ContentDelta(block[self._pos : upto]))
+            self._pos = upto
+
+    def end(self, block: str, marker: str, out: list[Event]) -> bool:
+        """The block is complete (``marker``: its end marker, "" when the output or the block ended without
+        one). Emits the call's end and any content; True if ``marker`` was the call's markup (consumed)."""
+        self._release(block, len(block), out)
+        if self._state == _SPILL:
+            if marker:
+                out.append(ContentDelta(marker))
+            return False
+        out.append(ToolCallEnd(self._index))
+        if self._state == _ARGS:
+            return True
+        trailer = block[self._pos :]
+        if self._rule.trailer.fullmatch(trailer) or (not marker and _BLANK.fullmatch(trailer)):
+            return True
+        out.append(ContentDelta(trailer + marker))
+        return False
+
+    def abort(self, block: str, stop: int, out: list[Event]) -> None:
+        """The block outgrew the bound at ``stop``: the call ends there and the rest of ``block`` is content."""
+        self._release(block, stop, out)
+        if self._state != _SPILL:
+            out.append(ToolCallEnd(self._index))
+        rest = block[self._pos :]
+        if rest:
+            out.append(ContentDelta(rest))
+        self._state = _SPILL
+        self._pos = len(block)
