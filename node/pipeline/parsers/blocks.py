@@ -242,10 +242,13 @@ class BlockToolParser:
         has started ends where the bound falls (short of a marker prefix there, as a feed that stopped at the
         bound would), whatever the chunking."""
         stream = self._stream
-        if stream is not None and stream.started:
+        if stream is not None:
             head = self._buf[: self._limit]
-            stream.abort(self._buf, len(head) - self._call_markers.held_len(head), out)
-        else:
+            stop = len(head) - self._call_markers.held_len(head)
+            self._advance(stream, out, stop)  # what a feed ending at the bound would have started and sent
+            if stream.started:
+                stream.abort(self._buf, stop, out)
+        if stream is None or not stream.started:
             self._emit(out, raw + self._buf)
         self._buf = self._open_raw = self._call_raw = ""
         self._state, self._stream = _PASSTHROUGH, None
