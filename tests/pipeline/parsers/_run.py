@@ -49,6 +49,10 @@ SAMPLES: dict[str, list[str]] = {
         "a < b and <tool_ca but no call, <tool_call>{not json}</tool_call> tail",
         'x <tool_call>{"name": "get_weather", "arguments": {"city": "Pa',
         "emoji 😀 and 中文 <tool_call>",
+        # Streamed calls that break after their start, carry extra keys, or put the arguments first.
+        '<tool_call>{"name": "f", "arguments": {"a": [1, -2.5e3, "\\u00e9 😀"] oops}}</tool_call> tail',
+        '<tool_call>{"name": "f", "arguments": {"b": true}, "x": 1}</tool_call><tool_call>{"arguments": {}, '
+        '"name": "g"}</tool_call>',
     ],
     "qwen3_coder": [
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nc\n"
@@ -72,6 +76,8 @@ SAMPLES: dict[str, list[str]] = {
         "<｜tool▁calls▁end｜> after",
         '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"ci',
         "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜>",
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": null}\n`` x'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
     ],
     "deepseek_v31": [
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
@@ -116,5 +122,6 @@ SAMPLES: dict[str, list[str]] = {
         '<|message|>{"q": 1}<|call|>',
         "<|channel|>commentary to=functions.get_weather json<|message|>" + WEATHER,
         "no harmony at all <|chan",
+        '<|channel|>commentary to=functions.f<|message|>{"a": nul!}<|call|><|channel|>final<|message|>ok',
     ],
 }
