@@ -109,8 +109,9 @@ def test_what_is_accepted_completes_to_an_object_and_chunking_does_not_matter(
 
 
 def test_refusals() -> None:
-    for text, at in [(' {}', 0), ('[]', 0), ('{"a": 01}', 7), ('{"a": 1.}', 8), ('{"a": "\x01"}', 7), ('{"a": tru }', 9),
-                     ('{"a" 1}', 5), ('{"a": 1,}', 8), ('{"a": "\\x"}', 8), ('{"a": "\\u12g4"}', 11), ('{}}', 2)]:  # fmt: skip
+    refused = [(" {}", 0), ("[]", 0), ('{"a": 01}', 7), ('{"a": 1.}', 8), ('{"a": "\x01"}', 7), ('{"a": tru }', 9)]
+    refused += [('{"a" 1}', 5), ('{"a": 1,}', 8), ('{"a": "\\x"}', 8), ('{"a": "\\u12g4"}', 11), ("{}}", 2)]
+    for text, at in refused:
         validator = JsonPrefix()
         assert validator.feed(text) == at, text
         assert validator.broken != (text == "{}}"), text
