@@ -1,9 +1,11 @@
 """The engine shared by tool-call formats that mark calls with begin/end strings.
 
 A format is described by a `BlockFormat`: the call markers, optional section markers that wrap a run of
-calls (DeepSeek, Kimi K2), and a function that parses one call's inner text. Content streams through with
-only a possible marker prefix held back; a call's text is held until it closes and then becomes call events
-or, per the degrade rule in `calls`, content (verbatim, markers included).
+calls (DeepSeek, Kimi K2), a function that parses one call's inner text, and (JSON families) how a call's
+arguments stream. Content streams through with only a possible marker prefix held back. A call whose
+arguments stream (`argstream.CallStream`) is read as it arrives, never into a possible end-marker prefix;
+any other call's text is held until it closes and then becomes call events or, per the degrade rule in
+`calls`, content (verbatim, markers included).
 
 Whitespace that only separates markup (between calls in a section, right after a call) is dropped, as the
 published parsers do, so a reply that is only calls has no content.
@@ -36,7 +38,7 @@ _CONTENT, _SECTION, _CALL, _PASSTHROUGH = 0, 1, 2, 3
 
 
 class BlockToolParser:
-    """Streams content and emits each call once it closes."""
+    """Streams content, and calls: their arguments as written (streamed formats) or whole once they close."""
 
     __slots__ = (
         "_buf",

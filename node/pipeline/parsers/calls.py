@@ -1,12 +1,22 @@
 """Turning a parsed tool call into events, and the rules every tool-call parser shares.
 
-Arguments are released when a call *closes*: a parser holds a call's text until its end marker (or the end
-of output), parses and checks it, and only then emits ``ToolCallStart, ToolCallArgsDelta, ToolCallEnd``.
-Events cannot be taken back, so this is what lets a malformed call degrade to content without losing text.
+Two ways a call reaches the client:
 
-Degrade rule (one for all families): a call block becomes content, verbatim and including its markers, when
-it is unfinished at the end of output, does not parse, has arguments that are not a JSON object, names a
-function missing from the request's tool list (when one is given), or grows past ``max_call_chars``.
+- Streamed (the JSON families: Hermes/Qwen, Mistral ``[ARGS]``, DeepSeek V3/V3.1, Kimi K2, Harmony; see
+  ``argstream.py``): ``ToolCallStart`` once the name is known and accepted and the arguments object begins,
+  then ``ToolCallArgsDelta`` fragments of the model's own text as far as it stays a JSON-object prefix, then
+  ``ToolCallEnd``. The fragments concatenate to the call's arguments exactly as written.
+- Decided at close (the XML-parameter families Qwen3-Coder and GLM-4.5, pythonic lists, Llama 3 JSON, the
+  Mistral JSON-list form, and any JSON-family block whose head does not stream, e.g. ``"arguments"`` before
+  ``"name"``): the block is held to its end marker (or the end of output), parsed and checked, and emitted as
+  ``ToolCallStart, ToolCallArgsDelta, ToolCallEnd`` at once, its arguments as ``json.dumps`` writes them.
+
+Degrade rule (before a call has started; one for all families): a call block becomes content, verbatim and
+including its markers, when it is unfinished at the end of output, does not parse, has arguments that are not
+a JSON object, names a function missing from the request's tool list (when one is given), or grows past
+``max_call_chars``. Events cannot be taken back, so a *started* call is never undone: it ends where it is cut
+(end of output: the arguments sent so far, as OpenAI ends a call cut by ``length``; the bound: where the bound
+falls) or where its JSON breaks, and the text after that point is content (``argstream.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +28,8 @@ from typing import Final
 
 from node.pipeline.parsers.events import Event, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 
-# A call's text is held in memory until it closes. 1 Mi characters is far beyond any real call's arguments
+# A call block's text is held in memory until it closes (a streamed call's too: the bound keeps one rule for
+# both paths, and a started call that reaches it ends there). 1 Mi characters is far beyond any real call's arguments
 # (a 128k-token context is ~0.5 Mi characters) and bounds what one choice can make the gateway hold.
 MAX_CALL_CHARS: Final = 1 << 20
 
