@@ -44,17 +44,20 @@ from node.pipeline.parsers.jsonprefix import JsonPrefix
 # decided whole at its end marker, and the head pattern is not re-run over a long held block on every feed.
 MAX_HEAD_CHARS: Final = 512
 
-_HEAD, _HOLD, _ARGS, _TRAILER, _SPILL = range(5)
+_HEAD, _HOLD, _ARGS, _TRAILER, _SPILL, _CLOSED = range(6)
 
 
 @dataclass(frozen=True, slots=True)
 class StreamRule:
     """How a format's call block streams: ``head`` matches from the block's start through the arguments'
     ``{`` (group ``name`` unless the name is known beforehand, optional group ``id``); ``trailer`` fullmatches
-    what may follow the arguments object up to the end marker."""
+    what may follow the arguments object up to the end marker. Formats without an end marker (Llama 3 JSON)
+    give ``closer`` instead: the call ends at the first non-blank character after the arguments, which must be
+    ``closer`` (the wrapper's ``}``; anything else breaks the call)."""
 
     head: re.Pattern[str]
     trailer: re.Pattern[str]
+    closer: str | None = None
 
 
 _BLANK: Final = re.compile(r"\s*")
@@ -74,6 +77,16 @@ class CallStream:
     @property
     def started(self) -> bool:
         return self._state >= _ARGS
+
+    @property
+    def spilled(self) -> bool:
+        """The call broke: what follows is content."""
+        return self._state == _SPILL
+
+    @property
+    def closed_at(self) -> int:
+        """Where a call ended by its ``closer`` ends in its block (-1 while open)."""
+        return self._pos if self._state == _CLOSED else -1
 
     def advance(self, block: str, upto: int, calls: CallEmitter, out: list[Event]) -> None:
         """Read ``block[:upto]`` (``upto`` never reaches into a possible end marker)."""
@@ -105,6 +118,16 @@ class CallStream:
                 self._state = _TRAILER
             elif self._json.broken:
                 out.append(ToolCallEnd(self._index))
+                self._state = _SPILL
+        closer = self._rule.closer
+        if self._state == _TRAILER and closer is not None:
+            # Blanks before the closer are markup, consumed as read (a long run is not rescanned per feed).
+            at = self._pos = _BLANK.match(block, self._pos, upto).end()  # type: ignore[union-attr]
+            if at < upto:
+                out.append(ToolCallEnd(self._index))
+                if block[at] == closer:
+                    self._state, self._pos = _CLOSED, at + 1
+                    return
                 self._state = _SPILL
         if self._state == _SPILL and upto > self._pos:
             out.append(ContentDelta(block[self._pos : upto]))

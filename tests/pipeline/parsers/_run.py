@@ -105,6 +105,8 @@ SAMPLES: dict[str, list[str]] = {
         '  {"name": "get_weather", "parameters": {"ci',
         "{ this is content that starts with a brace }",
         "Plain answer with { braces } later.",
+        '{"name": "a", "parameters": {"x": 1}} ; {"name": "b", "parameters": {"y": "z"} oops',
+        '{"name": "a", "parameters": {"x": 1}}; {"parameters": {}, "name": "b"}; trailing prose',
     ],
     "llama4_pythonic": [
         '[get_weather(city="Paris", unit="c"), f()]',

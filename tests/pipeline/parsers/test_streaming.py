@@ -36,6 +36,7 @@ STREAMED = {
         "<|tool_call_end|><|tool_calls_section_end|>",
     ),
     "mistral": ("[TOOL_CALLS]get_weather[ARGS]", ""),
+    "llama3_json": ('<|python_tag|>{"name": "get_weather", "parameters": ', "}"),
     "openai": ("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>", "<|call|>"),
 }
 
@@ -112,6 +113,22 @@ def test_start_needs_the_name_and_the_arguments_brace() -> None:
 def test_started_call_rules(text: str, expected: list[Event]) -> None:
     for chunks in ([text], list(text)):
         assert run(tools("hermes")(), chunks) == expected
+
+
+def test_llama3_json_calls_stream_one_after_another() -> None:
+    parser = tools("llama3_json")()
+    assert parser.feed('{"name": "a", "parameters": {"x"') == [
+        ToolCallStart(0, "call_0", "a"),
+        ToolCallArgsDelta(0, '{"x"'),
+    ]
+    assert parser.feed(': 1}}; {"name": "b", "parameters": {') == [
+        ToolCallArgsDelta(0, ": 1}"),
+        ToolCallEnd(0),  # the wrapper's "}" ends the call at once
+        ToolCallStart(1, "call_1", "b"),
+        ToolCallArgsDelta(1, "{"),
+    ]
+    assert parser.feed("}} and then prose") == [ToolCallArgsDelta(1, "}"), ToolCallEnd(1)]
+    assert parser.finish() == [ContentDelta(" and then prose")]  # not a call: content, verbatim
 
 
 def test_unknown_name_is_held_and_degrades_to_content() -> None:
