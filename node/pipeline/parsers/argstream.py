@@ -83,6 +83,15 @@ class CallStream:
         """The call broke: what follows is content."""
         return self._state == _SPILL
 
+    def drop(self) -> int:
+        """How many leading characters of the block the caller may drop now (released text no decision reads
+        again: in ARGS and SPILL, everything before the read position); positions shift by as many. Keeps a
+        long call's held buffer short, so appending to it stays cheap."""
+        if self._state not in (_ARGS, _SPILL):
+            return 0
+        dropped, self._pos = self._pos, 0
+        return dropped
+
     @property
     def closed_at(self) -> int:
         """Where a call ended by its ``closer`` ends in its block (-1 while open)."""

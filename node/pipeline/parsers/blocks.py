@@ -197,7 +197,7 @@ class BlockToolParser:
             self._overflow(out, self._open_raw + self._call_raw)
             return True
         if stream is not None:
-            self._advance(stream, out, at)
+            at -= self._advance(stream, out, at)
         block = self._buf[:at]
         self._buf = self._buf[at + len(marker) :]
         self._stream = None
@@ -218,12 +218,19 @@ class BlockToolParser:
             self._state, self._strip = _CONTENT, accepted
         return True
 
-    def _advance(self, stream: CallStream, out: list[Event], upto: int) -> None:
+    def _advance(self, stream: CallStream, out: list[Event], upto: int) -> int:
+        """Advance the call's stream to ``upto``; return how many leading characters left the buffer."""
         started = stream.started
         stream.advance(self._buf, upto, self._calls, out)
         if stream.started and not started:  # the section's markup is the call's now
             self._open_raw = ""
             self._section_calls = True
+        dropped = stream.drop()
+        if dropped:  # released text leaves the buffer; the bound still counts it
+            self._buf = self._buf[dropped:]
+            self._limit -= dropped
+            self._scanned = max(0, self._scanned - dropped)
+        return dropped
 
     def _close(self, out: list[Event], block: str, raw: str) -> bool:
         """Emit a closed call's events, or its raw text as content; True if it was a call."""
@@ -247,7 +254,7 @@ class BlockToolParser:
         if stream is not None:
             head = self._buf[: self._limit]
             stop = len(head) - self._call_markers.held_len(head)
-            self._advance(stream, out, stop)  # what a feed ending at the bound would have started and sent
+            stop -= self._advance(stream, out, stop)  # what a feed ending at the bound would have started and sent
             if stream.started:
                 stream.abort(self._buf, stop, out)
         if stream is None or not stream.started:

@@ -27,7 +27,7 @@ _UNDECIDED, _CALLS, _CONTENT = 0, 1, 2
 
 
 class WholeOutputToolParser:
-    __slots__ = ("_buf", "_called", "_calls", "_max", "_openers", "_parse", "_rules", "_state", "_stream")
+    __slots__ = ("_buf", "_called", "_calls", "_dropped", "_max", "_openers", "_parse", "_rules", "_state", "_stream")
 
     def __init__(
         self,
@@ -41,7 +41,8 @@ class WholeOutputToolParser:
         self._calls = CallEmitter(options)
         self._max = options.max_call_chars
         self._state = _UNDECIDED
-        self._buf = ""  # the output since the last streamed call ended
+        self._buf = ""  # the output since the last streamed call ended, less the released part of an open call
+        self._dropped = 0  # released characters of the open call no longer in _buf (the bound counts them)
         self._rules = stream  # (the first call, a later call)
         self._stream: CallStream | None = None
         self._called = False  # a call has streamed
@@ -60,7 +61,7 @@ class WholeOutputToolParser:
         out: list[Event] = []
         if self._stream is not None:
             self._pump(out)
-        if self._state == _CONTENT or len(self._buf) > self._max:
+        if self._state == _CONTENT or self._dropped + len(self._buf) > self._max:
             self._state = _CONTENT
             text, self._buf = self._buf, ""
             if text:
@@ -72,18 +73,22 @@ class WholeOutputToolParser:
         starts, depends on the text alone)."""
         assert self._rules is not None
         while (stream := self._stream) is not None:
-            upto = min(len(self._buf), self._max)
+            room = self._max - self._dropped
+            upto = min(len(self._buf), room)
             stream.advance(self._buf, upto, self._calls, out)
             if stream.spilled:  # the call broke: the rest of the output is content
                 self._buf, self._state, self._stream = self._buf[upto:], _CONTENT, None
                 return
             at = stream.closed_at
             if at < 0:
-                if stream.started and len(self._buf) > self._max:
-                    stream.abort(self._buf, self._max, out)
+                if stream.started and len(self._buf) > room:
+                    stream.abort(self._buf, room, out)
                     self._buf, self._state, self._stream = "", _CONTENT, None
+                    return
+                dropped = stream.drop()
+                self._buf, self._dropped = self._buf[dropped:], self._dropped + dropped
                 return
-            self._buf, self._called = self._buf[at:], True
+            self._buf, self._called, self._dropped = self._buf[at:], True, 0
             self._stream = CallStream(self._rules[1])
 
     def finish(self) -> list[Event]:
