@@ -252,7 +252,7 @@ class BlockToolParser:
         bound would), whatever the chunking."""
         stream = self._stream
         if stream is not None:
-            head = self._buf[: self._limit]
+            head = self._buf[: max(0, self._limit)]
             stop = len(head) - self._call_markers.held_len(head)
             stop -= self._advance(stream, out, stop)  # what a feed ending at the bound would have started and sent
             if stream.started:

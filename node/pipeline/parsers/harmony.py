@@ -191,7 +191,7 @@ class HarmonyParser:
         """The body outgrew max_call_chars: a started call ends at the bound (short of an end-marker prefix
         there), the rest of ``body`` is content, and so is the rest of the message through its end marker."""
         if stream is not None:
-            head = body[: self._max - len(self._header)]
+            head = body[: max(0, self._max - len(self._header))]
             stop = len(head) - self._ends.held_len(head)
             stream.advance(body, stop, self._calls, out)  # what a feed ending at the bound would have sent
         if stream is not None and stream.started:

@@ -145,3 +145,14 @@ def test_a_started_call_past_the_bound_ends_there() -> None:
         assert text.startswith('<tool_call>{"name": "f", "arguments": ' + call[1])
         assert len(call[1]) + len('<tool_call>{"name": "f", "arguments": ') == 80
         assert text_of(events) == text[80:]  # the rest of the output is content
+
+
+def test_a_bound_below_the_markup_never_starts_a_call() -> None:
+    """Regression: a bound smaller than the call's own markup (Harmony header, block markers) left a negative
+    room that sliced from the end and started the call on one split only."""
+    text = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + ARGS + "<|call|>"
+    for chunks in ([text], list(text), [text[:80], text[80:]]):
+        assert run(tools("openai", max_call_chars=60)(), chunks) == [ContentDelta(text)]
+    block = "<tool_call>" + '{"name": "f", "arguments": {"a": 1}}</tool_call>'
+    for chunks in ([block], list(block), [block[:40], block[40:]]):
+        assert run(tools("hermes", max_call_chars=8)(), chunks) == [ContentDelta(block)]
