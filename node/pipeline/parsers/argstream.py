@@ -1,5 +1,5 @@
-"""Streaming one tool call's JSON arguments as the model writes them (Hermes/Qwen, Mistral ``[ARGS]``,
-DeepSeek V3/V3.1, Kimi K2, gpt-oss Harmony).
+"""Streaming one tool call's JSON arguments as the model writes them (Hermes/Qwen, Llama 3 JSON, Mistral
+``[ARGS]``, DeepSeek V3/V3.1, Kimi K2, gpt-oss Harmony), as OpenAI, SMG and vLLM stream them.
 
 A `CallStream` reads the text of one call block (what follows its begin marker) as it arrives, given only
 text that cannot be part of the end marker. Its life:
@@ -9,25 +9,36 @@ text that cannot be part of the end marker. Its life:
   request did not list, or no match within `MAX_HEAD_CHARS`, is HOLD: the block is held to its end marker and
   decided whole, as before (`calls.py`: a call or content verbatim). Otherwise ``ToolCallStart`` goes out
   (name first, no arguments yet). Starting at the brace rather than at the name keeps "arguments that are not
-  an object" (``"arguments": "..."``, a list) on the old, whole-block path.
+  an object" (``"arguments": "..."``, a list) on the old, whole-block path, and costs a few characters. A
+  wrapper that writes ``"arguments"`` before ``"name"`` does not match either: its arguments are complete
+  before the name is known, so holding it to the end marker delays nothing that could have streamed.
 - ARGS: characters are fed to a `JsonPrefix` and every accepted one is released as ``ToolCallArgsDelta``: the
   fragments are the model's own text, so their concatenation is the arguments object exactly as written
-  (whitespace included), and the non-streaming ``arguments`` is that same concatenation.
+  (whitespace included; no re-serialisation could be streamed without holding values back), and the
+  non-streaming ``arguments`` is that same concatenation (the API layers merge the same events). Calls
+  decided whole keep ``json.dumps``'s form; either way a call's fragments concatenate to its arguments.
 - TRAILER: once the object closes, what follows (the wrapper's ``}``, DeepSeek V3's closing fence, blanks) is
-  held and checked against the format's `trailer` pattern when the call ends.
+  held and checked against the format's `trailer` pattern when the call ends (or, with a `closer`, ends the
+  call at the wrapper's ``}``: Llama 3 JSON has no end marker).
 - SPILL: a character that breaks the JSON ends the call (``ToolCallEnd``, the arguments as sent so far) and it
   and the rest of the block, end marker included, are content: a started call cannot be taken back, and no
   text is lost.
 
 Ends: at the end marker the call ends (the arguments may be unfinished: the model closed the call); a trailer
 that does not fit is content after ``ToolCallEnd``. At the end of output (max_tokens) a started call ends with
-the arguments sent so far, as OpenAI ends a call cut by ``length``. Past ``max_call_chars`` the block is not
-held: a started call ends where the bound falls and the rest is content (`BlockToolParser` passes the rest of
-the output through).
+the arguments sent so far, as OpenAI ends a call cut by ``length`` (the API keeps ``finish_reason: "length"``;
+"tool_calls" is only for a choice that stopped on its own). Past ``max_call_chars`` a started call ends where
+the bound falls and the rest of the output is content, as a block that is not held always was.
+
+Not streamed: the XML-parameter families (Qwen3-Coder, GLM-4.5) and pythonic lists still release a call when
+it closes (their values become JSON only once a parameter, or the whole list, is complete; per-parameter
+release is possible and left for later), as do ``tool_choice: "required"``'s array (forced.py) and
+Mistral's JSON-list form.
 
 Chunk-boundary rule: every decision is a function of the block's text so far. `head` patterns are anchored
 and unambiguous up to the brace (the match found in a prefix is the match in any extension), `JsonPrefix`
-decides per character, and the parser never advances into a possible end-marker prefix.
+decides per character, the parser never advances into a possible end-marker prefix, and at the bound it
+advances exactly to the bound (short of a marker prefix there) before ending the call.
 """
 
 from __future__ import annotations
