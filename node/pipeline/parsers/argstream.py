@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from node.pipeline.parsers.calls import CallEmitter
 from node.pipeline.parsers.events import ContentDelta, Event, ToolCallArgsDelta, ToolCallEnd
@@ -72,6 +72,22 @@ class StreamRule:
 
 
 _BLANK: Final = re.compile(r"\s*")
+
+
+class ArgStream(Protocol):
+    """One call block's streaming reader, as the block engine drives it (`CallStream`; Qwen3-Coder's
+    `paramstream.ParamStream`)."""
+
+    @property
+    def started(self) -> bool: ...
+
+    def advance(self, block: str, upto: int, calls: CallEmitter, out: list[Event]) -> None: ...
+
+    def end(self, block: str, marker: str, out: list[Event]) -> bool: ...
+
+    def abort(self, block: str, stop: int, out: list[Event]) -> None: ...
+
+    def drop(self) -> int: ...
 
 
 class CallStream:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from node.pipeline.parsers.argstream import CallStream, StreamRule
+from node.pipeline.parsers.argstream import ArgStream, CallStream, StreamRule
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions
 from node.pipeline.parsers.events import ContentDelta, Event
 from node.pipeline.parsers.markers import MarkerSet
@@ -31,7 +31,9 @@ class BlockFormat:
     parse: BlockParse  # the text between the call markers -> its calls, or None if malformed
     section_begin: str | None = None
     section_end: str | None = None
-    stream: StreamRule | None = None  # how a call's JSON arguments stream (None: a call is decided at its end)
+    # How a call's arguments stream: a JSON family's rule, or a factory of another reader (Qwen3-Coder's
+    # per-parameter one). None: a call is decided at its end.
+    stream: StreamRule | Callable[[], ArgStream] | None = None
 
 
 _CONTENT, _SECTION, _CALL, _PASSTHROUGH = 0, 1, 2, 3
@@ -74,7 +76,7 @@ class BlockToolParser:
         # In a section or call, the buffer prefix already searched for a marker: a long call is scanned once,
         # not once per feed.
         self._scanned = 0
-        self._stream: CallStream | None = None  # the open call's argument stream
+        self._stream: ArgStream | None = None  # the open call's argument stream
         self._limit = 0  # how long the open call's block may grow before it is not held (max_call_chars)
 
     def feed(self, text: str, token_ids: Sequence[int] = ()) -> list[Event]:
@@ -137,7 +139,7 @@ class BlockToolParser:
         self._state, self._call_raw = _CALL, marker
         self._limit = self._max - len(self._open_raw) - len(marker)
         rule = self._fmt.stream
-        self._stream = CallStream(rule) if rule is not None else None
+        self._stream = CallStream(rule) if isinstance(rule, StreamRule) else rule() if rule is not None else None
 
     def _section(self, out: list[Event], *, final: bool) -> bool:
         found = self._section_markers.find(self._buf, self._scanned)
@@ -218,7 +220,7 @@ class BlockToolParser:
             self._state, self._strip = _CONTENT, accepted
         return True
 
-    def _advance(self, stream: CallStream, out: list[Event], upto: int) -> int:
+    def _advance(self, stream: ArgStream, out: list[Event], upto: int) -> int:
         """Advance the call's stream to ``upto``; return how many leading characters left the buffer."""
         started = stream.started
         stream.advance(self._buf, upto, self._calls, out)

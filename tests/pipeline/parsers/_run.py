@@ -60,6 +60,9 @@ SAMPLES: dict[str, list[str]] = {
         "Sure.<tool_call>\n<function=f>\n</function>\n</tool_call> then <tool_call><function=g>junk</function>"
         "</tool_call>",
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+        # Streamed per parameter: one breaks after the first parameter, one has text after </function>.
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n junk <parameter=b>\n2\n</parameter>\n"
+        "</function>\n</tool_call>tail<tool_call><function=a><parameter=x>😀</parameter></function>x</tool_call>",
     ],
     "glm45": [
         "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"

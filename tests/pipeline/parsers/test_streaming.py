@@ -156,3 +156,43 @@ def test_a_bound_below_the_markup_never_starts_a_call() -> None:
     block = "<tool_call>" + '{"name": "f", "arguments": {"a": 1}}</tool_call>'
     for chunks in ([block], list(block), [block[:40], block[40:]]):
         assert run(tools("hermes", max_call_chars=8)(), chunks) == [ContentDelta(block)]
+
+
+def test_qwen3_coder_releases_each_parameter_as_it_closes() -> None:
+    schemas = {"get_weather": {"type": "object", "properties": {"days": {"type": "integer"}}}}
+    parser = tools("qwen3_coder", tools=schemas)()
+    assert parser.feed("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar") == [
+        ToolCallStart(0, "call_0", "get_weather")  # the name first, as soon as the function tag is complete
+    ]
+    assert parser.feed("is\n</parameter>\n<parameter=days>\n3") == [ToolCallArgsDelta(0, '{"city": "Paris"')]
+    assert parser.feed("\n</parameter>\n") == [ToolCallArgsDelta(0, ', "days": 3')]  # typed by the schema
+    assert parser.feed("</function>\n</tool_call>") == [ToolCallArgsDelta(0, "}"), ToolCallEnd(0)]
+    # The fragments concatenate to what the whole-block parser writes.
+    assert calls(run(tools("qwen3_coder", tools=schemas)(), [SAMPLE_CODER])) == [
+        ("get_weather", '{"city": "Paris", "days": 3}')
+    ]
+
+
+SAMPLE_CODER = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+    "</parameter>\n</function>\n</tool_call>"
+)
+
+
+def test_qwen3_coder_started_call_rules() -> None:
+    text = "<tool_call><function=f><parameter=a>1</parameter> junk </function></tool_call> tail"
+    for chunks in ([text], list(text)):
+        assert run(tools("qwen3_coder")(), chunks) == [
+            ToolCallStart(0, "call_0", "f"),
+            ToolCallArgsDelta(0, '{"a": "1"'),
+            ToolCallEnd(0),
+            ContentDelta("junk </function></tool_call> tail"),
+        ]
+    cut = "<tool_call><function=f><parameter=a>1</parameter><parameter=b>unfinished"
+    for chunks in ([cut], list(cut)):
+        assert run(tools("qwen3_coder")(), chunks) == [
+            ToolCallStart(0, "call_0", "f"),
+            ToolCallArgsDelta(0, '{"a": "1"'),
+            ToolCallEnd(0),
+            ContentDelta("<parameter=b>unfinished"),  # the open parameter is not lost
+        ]
