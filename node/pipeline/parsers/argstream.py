@@ -30,10 +30,10 @@ the arguments sent so far, as OpenAI ends a call cut by ``length`` (the API keep
 "tool_calls" is only for a choice that stopped on its own). Past ``max_call_chars`` a started call ends where
 the bound falls and the rest of the output is content, as a block that is not held always was.
 
-Qwen3-Coder streams per parameter (paramstream.py: a value becomes JSON only once its parameter closes).
-Not streamed: GLM-4.5 and pythonic lists still release a call when it closes (GLM could follow Qwen3-Coder's
-per-parameter reader; a pythonic call's values are Python literals, known only once the list parses), as do
-``tool_choice: "required"``'s array (forced.py) and Mistral's JSON-list form.
+Qwen3-Coder and GLM-4.5 stream per parameter (paramstream.py: a value becomes JSON only once its parameter
+closes). Not streamed: pythonic lists still release a call when it closes (its values are Python literals,
+known only once the list parses), as do ``tool_choice: "required"``'s array (forced.py) and Mistral's
+JSON-list form.
 
 Chunk-boundary rule: every decision is a function of the block's text so far. `head` patterns are anchored
 and unambiguous up to the brace (the match found in a prefix is the match in any extension), `JsonPrefix`

@@ -6,8 +6,9 @@ Two ways a call reaches the client:
   ``argstream.py``): ``ToolCallStart`` once the name is known and accepted and the arguments object begins,
   then ``ToolCallArgsDelta`` fragments of the model's own text as far as it stays a JSON-object prefix, then
   ``ToolCallEnd``. The fragments concatenate to the call's arguments exactly as written.
-  Llama 3 JSON streams the same way; Qwen3-Coder streams one closed parameter at a time (paramstream.py).
-- Decided at close (GLM-4.5, pythonic lists, the Mistral JSON-list form, and any block whose head does not
+  Llama 3 JSON streams the same way; Qwen3-Coder and GLM-4.5 stream one closed parameter at a time
+  (paramstream.py).
+- Decided at close (pythonic lists, the Mistral JSON-list form, and any block whose head does not
   stream, e.g. ``"arguments"`` before ``"name"``): the block is held to its end marker (or the end of
   output), parsed and checked, and emitted as ``ToolCallStart, ToolCallArgsDelta, ToolCallEnd`` at once,
   its arguments as ``json.dumps`` writes them.

@@ -19,6 +19,7 @@ from typing import Final
 
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, dumps_arguments, typed_value
+from node.pipeline.parsers.paramstream import QWEN3_CODER as STREAM
 from node.pipeline.parsers.paramstream import ParamStream
 from node.pipeline.parsers.tags import tagged_runs
 
@@ -46,7 +47,7 @@ def parse_qwen3_coder(block: str, emitter: CallEmitter) -> list[ParsedCall] | No
 
 
 QWEN3_CODER = BlockFormat(
-    call_begin="<tool_call>", call_end="</tool_call>", parse=parse_qwen3_coder, stream=ParamStream
+    call_begin="<tool_call>", call_end="</tool_call>", parse=parse_qwen3_coder, stream=lambda: ParamStream(STREAM)
 )
 
 

@@ -69,6 +69,9 @@ SAMPLES: dict[str, list[str]] = {
         "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
         "<tool_call>f</tool_call><tool_call>bad name\n<arg_key>k</arg_key></tool_call>",
         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_val",
+        "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>[1, 2]</arg_value> stray <arg_key>b</arg_key>"
+        "<arg_value>x</arg_value></tool_call>after<tool_call>a<arg_key>k</arg_key> x <arg_value>v</arg_value>"
+        "</tool_call>",
     ],
     "deepseek_v3": [
         "Sure<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"

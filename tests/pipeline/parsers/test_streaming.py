@@ -196,3 +196,18 @@ def test_qwen3_coder_started_call_rules() -> None:
             ToolCallEnd(0),
             ContentDelta("<parameter=b>unfinished"),  # the open parameter is not lost
         ]
+
+
+def test_glm45_releases_each_pair_and_closes_at_the_end_marker() -> None:
+    parser = tools("glm45")()
+    assert parser.feed("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Bei") == [
+        ToolCallStart(0, "call_0", "get_weather")
+    ]
+    assert parser.feed("jing</arg_value>\n<arg_key>days</arg_key><arg_value>3</arg_value>") == [
+        ToolCallArgsDelta(0, '{"city": "Beijing"'),
+        ToolCallArgsDelta(0, ', "days": 3'),  # undeclared: JSON when it parses, as GLM's parser
+    ]
+    assert parser.feed("\n</tool_call>") == [ToolCallArgsDelta(0, "}"), ToolCallEnd(0)]
+    cut = tools("glm45")()
+    cut.feed("<tool_call>f\n<arg_key>a</arg_key><arg_value>1</arg_value>")
+    assert cut.finish() == [ToolCallEnd(0)]  # cut by the end of output: the arguments as sent, no "}"
