@@ -23,18 +23,15 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
 from node.auth.client_cert import CertIdentities
 from node.auth.config import read_bootstrap_key
-from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.key_store import DurableKeys
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import HttpConfig, ModelConfig, NodeConfig
 from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
-from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
 from node.http.auth_middleware import auth_middleware
 from node.http.connection_rate import ConnectionRate
@@ -74,6 +71,8 @@ from storage.keys import FileKeyStore, KeyStore
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
+
+    from mesh import Mesh
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +230,8 @@ async def run_node(
             await discovery.sync_once()
             supervisor.spawn(discovery.run(), name="worker-dns")
         if config.discovery.worker_k8s_selector:
+            from node.discovery.kubernetes import K8sDiscovery, k8s_target
+
             k8s = K8sDiscovery(k8s_target(config.discovery), shared.registry, max_workers=config.workers.max_workers)
             supervisor.spawn(k8s.run(), name="worker-k8s")
         pool.start()
@@ -274,7 +275,11 @@ async def run_node(
         if config.auth.enforced(config.http.host):
             authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
             failures = metrics.auth_failures
-            jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
+            jwt = None
+            if config.auth.jwt_enabled:
+                from node.auth.jwt_auth import JwtAuthenticator  # PyJWT and cryptography: only for JWTs
+
+                jwt = JwtAuthenticator.from_config(config.auth)
             middlewares.append(
                 auth_middleware(
                     authenticator,
