@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from mesh import Mesh
+    from node.models.parses import TokenizerParses
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,12 @@ async def run_node(
     *,
     client_factory: Callable[[str], WorkerClient] | None = None,
     span_exporter: SpanExporter | None = None,
+    tokenizer_parses: TokenizerParses | None = None,
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
     WorkerTlsError on unusable worker TLS files, AuthConfigError on an unreadable bootstrap key file.
-    ``span_exporter`` replaces the OTLP exporter of traced requests (tests)."""
+    ``span_exporter`` replaces the OTLP exporter of traced requests (tests); ``tokenizer_parses`` shares
+    tokenizer.json parses with other loaders in the process (the demo's simulated workers)."""
     # Read before anything starts: a bad key file stops the node with the file named.
     bootstrap_key = read_bootstrap_key(config.auth)
     http = config.http
@@ -241,7 +244,7 @@ async def run_node(
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
 
-        models.extend(await _load_models(config, pool))
+        models.extend(await _load_models(config, pool, tokenizer_parses))
         model = models[0]
         for name in by_model:
             if not any(m.answers_to(name) for m in models):
@@ -394,7 +397,9 @@ async def _serve_admin(
     return url
 
 
-async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:
+async def _load_models(
+    config: NodeConfig, pool: WorkerPool, parses: TokenizerParses | None = None
+) -> list[ServedModel]:
     """Load every model folder (tokenizers in parallel threads). One model takes its name and context length
     from the workers' GetModelInfo, as before; several are named by their folders (or the workers' names
     matching them) and each served by the workers that name it. Raises ValueError on a name clash."""
@@ -418,6 +423,7 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
                 tokenizer_cache=config.tokenizer_cache,
                 tool_call_parser=config.model.parsers_for(known[k])[0],
                 reasoning_parser=config.model.parsers_for(known[k])[1],
+                tokenizer_parses=parses,
             ),
         )
         for k, path in enumerate(paths)
