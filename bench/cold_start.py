@@ -75,6 +75,9 @@ def first_answer_s(
     completion answers, CPU seconds the demo used by then)."""
     port = _free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(repo)}
+    # As in a user's shell: the first launch writes bytecode for the next ones (CI-like environments, ours
+    # included, often set PYTHONDONTWRITEBYTECODE, which would make every launch a no-bytecode launch).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     out = log.open("wb") if log else subprocess.DEVNULL
     start = time.perf_counter()
     proc = subprocess.Popen(
