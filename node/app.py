@@ -276,6 +276,11 @@ async def run_node(
         lag_monitor.export(metrics.registry)
         middlewares: list[Middleware] = []
         if config.auth.enforced(config.http.host):
+            if not keys.durable:
+                log.warning(
+                    "API keys made with /admin/keys are kept in the cluster's memory only: if every node stops "
+                    "they are gone; keep them with --history-backend redis or postgres, or --keys-file FILE"
+                )
             authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
             failures = metrics.auth_failures
             jwt = None
@@ -327,7 +332,11 @@ async def run_node(
         add_status_routes(admin, pool=pool, models=models, metrics=metrics, mesh=mesh, limiter=shared.limiter)
         admin_url = None
         if admin is not app:
-            admin_url = await _serve_admin(stack, admin, config.auth.admin_addr, admin_tls)
+            # The status page's /metrics link is relative: the admin listener serves it too (same roles).
+            admin.router.add_get("/metrics", metrics.handle)
+            admin_url = await _serve_admin(
+                stack, admin, config.auth.admin_addr, admin_tls, reuse_port=config.http.reuse_port
+            )
         runner = EnvelopeAppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=config.http.drain_timeout_s
         )
@@ -380,15 +389,27 @@ def _start_drain(drain: Drain, mesh: Mesh | None, timeout_s: float) -> None:
 
 
 async def _serve_admin(
-    stack: contextlib.AsyncExitStack, admin: web.Application, addr: tuple[str, int] | None, tls: ServerTls | None
+    stack: contextlib.AsyncExitStack,
+    admin: web.Application,
+    addr: tuple[str, int] | None,
+    tls: ServerTls | None,
+    *,
+    reuse_port: bool,
 ) -> str:
     """Serve the admin application on ``addr`` until the stack unwinds; returns its URL. HTTPS with ``tls``
-    (its live context: a reload reaches new handshakes), else plain HTTP (an operator network)."""
+    (its live context: a reload reaches new handshakes), else plain HTTP (an operator network).
+
+    ``reuse_port``: the sibling processes of ``--processes N`` bind the same admin port, as they do the main
+    one, and the kernel spreads admin connections over them. Every process can answer every admin call (the
+    workers, keys and limits are cluster state, shared through their mesh), so no process is special and the
+    admin API stays up while the supervisor replaces a dead one."""
     assert addr is not None
     runner = web.AppRunner(admin, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
-    site = web.TCPSite(runner, addr[0], addr[1], ssl_context=tls.context if tls is not None else None)
+    site = web.TCPSite(
+        runner, addr[0], addr[1], ssl_context=tls.context if tls is not None else None, reuse_port=reuse_port or None
+    )
     await site.start()
     port = int(runner.addresses[0][1])
     host = addr[0] if ":" not in addr[0] else f"[{addr[0]}]"

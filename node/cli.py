@@ -130,12 +130,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if count > 1:
         port = config.http.port or reserve_port(config.http.host)
         pinned = ["--processes", "1", "--reuse-port", "--port", str(port)]
+        admin = config.auth.admin_addr
+        if admin is not None:  # every child binds the same admin port too (SO_REUSEPORT): a concrete one
+            admin_bind = f"{config.auth.admin_bind.rpartition(':')[0]}:{admin[1] or reserve_port(admin[0])}"
+            pinned += ["--admin-bind", admin_bind]
         keyfile = None
         if not config.cluster.enabled:  # siblings share workers and health through a private loopback mesh
             keyfile = sibling_keyfile()
             base = reserve_port_range("127.0.0.1", count)
             pinned += ["--mesh-bind", f"127.0.0.1:{base}", "--mesh-profile", "local", "--mesh-key-file", keyfile]
         print(f"smg-node starting {count} node processes on http://{config.http.host}:{port}", flush=True)
+        if admin is not None:
+            print(f"smg-node: every process serves the admin API on {admin_bind}", flush=True)
         shared_metrics = metrics_dir()  # one /metrics for all of them, whichever answers the scrape
         try:
             group = ProcessGroup(

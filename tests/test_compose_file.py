@@ -10,15 +10,21 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import yaml
 
-from node.cli import build_parser
+from node.cli import build_parser, load_node_config
 from tests.real_engine.launcher import MODEL_CONFIG, VLLM_REQUIREMENTS
 
 DIR = Path(__file__).resolve().parent.parent / "deploy" / "compose"
 COMPOSE = shutil.which("docker-compose")
+
+
+def _fill(arg: str, env: dict[str, str] | None = None) -> str:
+    """``${VAR:-default}`` as Compose fills it, from ``env`` or else the default."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: (env or {}).get(m.group(1), m.group(2)), arg)
 
 
 def _services() -> dict[str, Any]:
@@ -37,8 +43,34 @@ def test_compose_accepts_the_file(profiles: list[str]) -> None:
 
 def test_node_command_is_serve_flags() -> None:
     # ${VAR:-default} as Compose fills it when VAR is unset.
-    command = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", arg) for arg in _services()["node"]["command"]]
+    command = [_fill(arg) for arg in _services()["node"]["command"]]
     assert build_parser().parse_args(command).command == "serve"  # exits on an unknown flag
+
+
+@pytest.mark.parametrize("history", [None, "redis", "postgres"])
+def test_nodes_keep_api_keys_in_their_shared_durable_history_backend(
+    history: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys made with /admin/keys must work on every node and survive every node restarting: the nodes' key
+    store is their history backend (node/app.py `_key_store`), so it is Redis (the default) or Postgres, the
+    same server for every node, its data on a named volume (Redis with its append-only file)."""
+    dockerfile = (DIR.parent / "docker" / "Dockerfile").read_text(encoding="utf-8")
+    model = re.search(r"SMG_NODE_MODEL_PATH=(\S+)", dockerfile)
+    assert model is not None
+    monkeypatch.setenv("SMG_NODE_MODEL_PATH", model.group(1))  # the image's, as the container sees it
+    services = _services()
+    env = {"SMG_HISTORY": history} if history else {}
+    config = load_node_config(build_parser().parse_args([_fill(a, env) for a in services["node"]["command"]]))
+    assert config.storage.backend == (history or "redis")
+    assert not config.auth.keys_file  # one shared store, not a file per container
+    if config.storage.backend == "redis":
+        assert urlparse(config.storage.redis_url).hostname == "redis"
+        assert "redis-data:/data" in services["redis"]["volumes"] and "redis" in services["node"]["depends_on"]
+        cmd = (DIR / "redis" / "Dockerfile").read_text(encoding="utf-8").rsplit("\nCMD ", 1)[1]
+        assert '"--appendonly", "yes"' in cmd and '"--dir", "/data"' in cmd
+    else:
+        assert urlparse(config.storage.postgres_url).hostname == "postgres"
+        assert "postgres-data:/var/lib/postgresql/data" in services["postgres"]["volumes"]
 
 
 def test_vllm_profile_builds_the_engine_the_real_engine_tier_runs() -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 
-from node.cli import build_parser
+from node.cli import build_parser, load_node_config
 
 DIR = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 
@@ -59,3 +60,27 @@ def test_rolling_upgrade_pieces() -> None:
     assert any(a.startswith("--auth-bootstrap-key-file=/etc/smg-node/auth/") for a in node["args"])
     assert docs[("Service", "smg-worker")]["spec"]["clusterIP"] == "None"
     assert any(a.startswith("--worker-dns=smg-worker.") for a in node["args"])
+
+
+def test_nodes_keep_api_keys_in_the_persistent_redis() -> None:
+    """Keys made with /admin/keys must work on every pod and survive every pod restarting: the nodes' key
+    store is their history backend (node/app.py `_key_store`), the Redis of redis.yaml, which keeps its
+    append-only file on a PersistentVolume."""
+    docs = _docs()
+    (node,) = docs[("Deployment", "smg-node")]["spec"]["template"]["spec"]["containers"]
+    pod = {"POD_IP": "10.0.0.7", "POD_NAMESPACE": "smg"}  # what Kubernetes substitutes for $(VAR)
+    filled = [re.sub(r"\$\((\w+)\)", lambda m: pod[m.group(1)], a) for a in node["args"]]
+    config = load_node_config(build_parser().parse_args(filled))
+    assert config.storage.backend == "redis" and not config.auth.keys_file
+    service = docs[("Service", urlparse(config.storage.redis_url).hostname or "")]["spec"]
+    redis = docs[("StatefulSet", "redis")]["spec"]
+    assert redis["replicas"] == 1
+    assert service["selector"].items() <= redis["template"]["metadata"]["labels"].items()
+    (server,) = redis["template"]["spec"]["containers"]
+    assert service["ports"][0]["targetPort"] in {p["name"] for p in server["ports"]}
+    args = server["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    (mount,) = server["volumeMounts"]
+    assert args[args.index("--dir") + 1] == mount["mountPath"]
+    (claim,) = redis["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == mount["name"]

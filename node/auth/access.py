@@ -4,8 +4,8 @@
 comes from the identity); ``reader`` status (``/status.json``) and metrics. ``/health`` stays open for
 liveness probes, and so does the status page's HTML (``/``, ``/status``): it is the same static file for
 everyone and holds no data; it asks the operator for a reader key and sends it on its fetches of
-``/status.json``. A path no rule names needs any valid identity, so unknown paths answer 404 only to callers
-with credentials.
+``/status.json`` and ``/metrics``. A path no rule names needs any valid identity, so unknown paths answer 404
+only to callers with credentials.
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ class WorkerClient(Protocol):
 
     def kv_events(
         self, start_sequence_number: int
-    ) -> AsyncGenerator[tuple[KvEventBatch | None, EngineLoad | None], None]: ...
+    ) -> AsyncGenerator[tuple[KvEventBatch | None, EngineLoad | None], None]:
+        """(batch, load record) pairs; (None, None) says only that the subscription is open."""
+        ...
 
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None: ...
 

@@ -402,7 +402,12 @@ class VllmGrpcClient:
     async def kv_events(
         self, start_sequence_number: int
     ) -> AsyncGenerator[tuple[KvEventBatch | None, EngineLoad | None], None]:
-        """SubscribeKvEvents: (batch, load record) pairs; the batch is None for a load-only record.
+        """SubscribeKvEvents: (batch, load record) pairs; the batch is None for a load-only record, and the
+        first pair is (None, None) once the worker has answered with its headers: the subscription is open.
+
+        That first pair matters because an engine may send nothing until its cache changes (smg-grpc-servicer
+        relays vLLM's events and sends no heartbeat before the first batch), and events published before the
+        subscription opened are not replayed: without it, an open but quiet stream looks like no stream at all.
 
         Raises KvEventsUnsupported when the worker does not publish KV events, WorkerFailed otherwise.
         """
@@ -411,6 +416,9 @@ class VllmGrpcClient:
         )
         call = (await self._endpoint()).stub.SubscribeKvEvents(request)
         try:
+            await call.initial_metadata()
+            if not call.done():  # a refusal (UNIMPLEMENTED) comes as headers and status at once
+                yield None, None
             async for b in call:
                 load = convert_load_record(b.load) if b.HasField("load") else None
                 only_load = b.HasField("load") and b.load.load_only

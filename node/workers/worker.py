@@ -25,7 +25,7 @@ class Worker:
     in_flight: int = 0
     info: ModelInfo | None = None
     load: LoadView | None = None
-    kv_events: str = "unknown"  # unknown | streaming | unsupported | retrying
+    kv_events: str = "unknown"  # unknown | streaming (subscription open) | unsupported | retrying
     stream_loads: bool = False  # its KV-event stream carries load records (then GetLoads polls are skipped)
     answers_loads: bool = False  # its last GetLoads returned a load (it implements GetLoads)
     checks_without_health: int = 0  # passed checks in a row that sent GetLoads alone (no HealthCheck RPC)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -265,6 +266,31 @@ async def test_the_admin_api_on_its_own_listener(llama3_model_dir: Path) -> None
         assert (await admin.call("GET", "/workers", BOOTSTRAP))[0] == 200
         assert (await public.call("GET", "/v1/models", created["key"]))[0] == 200
         assert (await admin.call("GET", "/v1/models", created["key"]))[0] == 404
+        # The status page lives here, and its /metrics link is relative: both listeners serve /metrics.
+        assert (await admin.call("GET", "/status.json", BOOTSTRAP))[0] == 200
+        assert (await admin.call("GET", "/metrics", BOOTSTRAP))[0] == 200
+        assert (await admin.call("GET", "/metrics", None))[0] == 401
+        assert (await public.call("GET", "/metrics", BOOTSTRAP))[0] == 200
+
+
+async def test_a_node_requiring_keys_says_when_they_are_not_kept_durably(
+    llama3_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Keys only in the gossiped table are gone when every node stops: the operator is told at start, and not
+    when a store keeps them (here --keys-file; Redis and Postgres are the same `durable` store)."""
+    async with SimWorker(fast_sim(llama3_model_dir)) as sim:
+        base = dataclasses.replace(
+            node_config(llama3_model_dir, [sim.port]), auth=AuthConfig(auth_bootstrap_key=BOOTSTRAP)
+        )
+        with caplog.at_level(logging.WARNING, logger="node.app"):
+            async with run_node(base):
+                pass
+            assert "in the cluster's memory only" in caplog.text
+            caplog.clear()
+            kept = AuthConfig(auth_bootstrap_key=BOOTSTRAP, keys_file=str(tmp_path / "keys.json"))
+            async with run_node(dataclasses.replace(base, auth=kept)):
+                pass
+            assert "memory only" not in caplog.text
 
 
 async def test_prompt_plus_output_budget_is_reserved_at_admission_and_settled_to_actual_usage(

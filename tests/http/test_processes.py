@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
+from node.auth.keys import new_key
 from tests.procs import SMG_NODE, free_port, http_status, port_open, process, wait_until
 
 
@@ -121,6 +126,81 @@ def test_processes_share_the_port_and_a_dead_one_is_replaced(llama3_model_dir: P
             assert resp.status == 201
         # Within a few gossip rounds of the local profile, well under its 15 s push-pull interval.
         wait_until(lambda: _all_list(url, extra), timeout_s=10, what="every process listing the new worker")
+
+
+def test_every_process_serves_the_admin_listener(llama3_model_dir: Path, tmp_path: Path) -> None:
+    """`--admin-bind HOST:0 --processes 2`: the supervisor pins one admin port for all its children (printed),
+    each binds it with SO_REUSEPORT (before, the second bind failed and that child crash-looped), each answers
+    admin calls on state they share, and the admin API stays up while a dead process is replaced."""
+    bootstrap, _ = new_key()
+    sim_port, http_port = free_port(), free_port()
+    sim_args = [*SMG_NODE, "sim-worker", "--port", str(sim_port), "--model-path", str(llama3_model_dir)]
+    node_args = [*SMG_NODE, "serve", "--port", str(http_port), "--model-path", str(llama3_model_dir)]
+    node_args += ["--worker", f"grpc://127.0.0.1:{sim_port}", "--processes", "2", "--admin-bind", "127.0.0.1:0"]
+    node_args += ["--history-backend", "redis", "--redis-url", "redis://127.0.0.1:6379/0"]
+    url = f"http://127.0.0.1:{http_port}"
+    log = tmp_path / "node.log"
+    with (
+        process(sim_args, log=tmp_path / "sim.log"),
+        process(node_args, log=log, env={"SMG_NODE_AUTH_BOOTSTRAP_KEY": bootstrap}) as supervisor,
+    ):
+        wait_until(lambda: "serves the admin API on" in log.read_text(), timeout_s=30, what="the admin address")
+        admin_port = int(re.findall(r"serves the admin API on 127\.0\.0\.1:(\d+)", log.read_text())[0])
+        assert admin_port != 0
+        admin = f"http://127.0.0.1:{admin_port}"
+        wait_until(lambda: port_open(http_port) and port_open(admin_port), timeout_s=60, what="the listeners")
+        wait_until(lambda: len(_pids(url, 20)) == 2, timeout_s=60, what="both processes serving")
+        serving = _pids(url)
+        wait_until(lambda: _admin_pids(admin, bootstrap) == serving, timeout_s=30, what="both on the admin port")
+        children = [pid for pid in _all_pids() if _ppid(pid) == supervisor.pid]
+        assert sorted(children) == sorted(serving) and "exited with" not in log.read_text()
+        with pytest.raises(urllib.error.HTTPError) as public:
+            _admin(url, bootstrap, "/workers")
+        assert public.value.code == 404  # the main port does not serve the admin API
+
+        # Whichever process takes the call, every process lists the worker it adds (shared through their mesh).
+        extra = f"grpc://127.0.0.1:{free_port()}"
+        assert _admin(admin, bootstrap, "/workers", {"url": extra})[0] == 201
+        wait_until(lambda: _admin_all_list(admin, bootstrap, extra), timeout_s=10, what="every process listing it")
+
+        victim = next(iter(serving))
+        os.kill(victim, signal.SIGKILL)
+        # The survivor answers meanwhile (a connection the kernel had queued on the dead socket is reset: retried).
+        wait_until(lambda: _admin_status(admin, bootstrap) == 200, timeout_s=5, what="the survivor answering")
+        wait_until(lambda: len(_admin_pids(admin, bootstrap) - {victim}) == 2, timeout_s=60, what="a replacement")
+
+
+def _admin(base: str, key: str, path: str, body: object = None) -> tuple[int, dict[str, Any]]:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with urllib.request.urlopen(urllib.request.Request(base + path, data=data, headers=headers), timeout=10) as r:
+        return r.status, json.loads(r.read())
+
+
+def _admin_status(base: str, key: str) -> int | None:
+    try:
+        return _admin(base, key, "/workers")[0]
+    except (ConnectionError, urllib.error.URLError):
+        return None
+
+
+def _admin_pids(base: str, key: str, tries: int = 30) -> set[int]:
+    """PIDs answering the admin listener's /status.json over new connections (a reset one skipped: around a
+    kill -9 the kernel resets what it had queued on the dead process's socket)."""
+    seen: set[int] = set()
+    for _ in range(tries):
+        with contextlib.suppress(ConnectionError, urllib.error.URLError):
+            seen.add(int(_admin(base, key, "/status.json")[1]["node"]["pid"]))
+    return seen
+
+
+def _admin_all_list(base: str, key: str, worker: str, tries: int = 20) -> bool:
+    seen: dict[int, bool] = {}
+    for _ in range(tries):
+        pid = int(_admin(base, key, "/status.json")[1]["node"]["pid"])
+        listed = {w["url"] for w in _admin(base, key, "/workers")[1]["data"]}
+        seen[pid] = seen.get(pid, True) and worker in listed
+    return len(seen) == 2 and all(seen.values())
 
 
 def test_children_exit_with_a_killed_supervisor(llama3_model_dir: Path, tmp_path: Path) -> None:

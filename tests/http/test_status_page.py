@@ -211,6 +211,11 @@ _LOGIN = """JSON.stringify({auth: document.body.dataset.auth || "", error: docum
   workers: [...document.querySelectorAll("#workers tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent))})"""
 
 
+_CLICK_METRICS = 'document.getElementById("metrics-link").click(); true'
+_METRICS = """JSON.stringify({state: document.body.dataset.metrics || "", path: location.pathname,
+  shown: !document.getElementById("metrics-view").hidden, text: document.getElementById("metrics-text").textContent})"""
+
+
 def _submit(key: str) -> str:
     return f"""document.getElementById("key").value = {json.dumps(key)};
       document.getElementById("login").requestSubmit(); true"""
@@ -257,6 +262,10 @@ async def test_page_asks_for_a_reader_key_on_a_node_that_requires_keys(llama3_mo
 
             asked = await _until(lambda: shows("401"), 30, "the page to ask for a key")
             assert asked["asks"] and "requires an API key" in asked["error"] and asked["workers"] == []
+            # Without a key the /metrics link does not lead to a bare 401: the page asks for the key.
+            await page.eval(_CLICK_METRICS)
+            assert "/metrics needs a reader" in (await state())["error"]
+            assert await page.eval("location.pathname") == "/"
 
             await page.eval(_submit(user))
             refused = await _until(lambda: shows("403"), 20, "the page to refuse a user key")
@@ -275,6 +284,20 @@ async def test_page_asks_for_a_reader_key_on_a_node_that_requires_keys(llama3_mo
             shown = await _until(shows_worker, 20, "the page to show the worker with the reader key")
             assert not shown["asks"] and shown["error"] == "" and shown["stored"] == reader
             assert shown["workers"][0][0] == f"grpc://127.0.0.1:{sim.port}"
+
+            # The /metrics link: a browser cannot send the key with a plain link (the bare GET is 401), so the
+            # page fetches it with the tab's key and shows the text, staying on the page.
+            async with aiohttp.ClientSession() as s, s.get(node.url + "/metrics") as r:
+                assert r.status == 401
+            await page.eval(_CLICK_METRICS)
+
+            async def shows_metrics() -> dict[str, Any] | None:
+                text = await page.eval(_METRICS)
+                now = json.loads(text) if text else {}
+                return now if now.get("state") == "ok" else None
+
+            metrics = await _until(shows_metrics, 20, "the page to show /metrics with the reader key")
+            assert metrics["shown"] and "smg_node_worker_healthy" in metrics["text"] and metrics["path"] == "/"
 
             loaded = await page.eval("performance.timeOrigin")
             await page.eval("location.reload(); true")

@@ -89,16 +89,32 @@ async def test_completions_streaming_and_not_with_the_prefix_cache(front: Front)
 async def test_kv_events_reach_the_cache_aware_index(front: Front) -> None:
     indexes = front.node.pool.kv_indexes
     assert indexes is not None
-    # A prompt never seen before (the engine may outlive one test session), at least two full blocks long.
-    prompt = f"{time.time_ns()} kv events " + "harbor stone " * 150
-    await front.client.completions.create(model=front.model, prompt=prompt, max_tokens=2, **GREEDY)
+
+    async def subscribed() -> bool:
+        return all(w.kv_events == "streaming" for w in front.node.pool.workers)
+
+    # The node shows the subscription open once the engine answered it, before any cache event exists.
+    await _until(subscribed, 10, "the KV-event subscription to open")
 
     async def indexed() -> bool:
         stats = [index.stats() for _, index in indexes.items()]
         return any(s.block_size == 128 and s.blocks > 0 for s in stats)
 
-    states = [w.kv_events for w in front.node.pool.workers]
-    await _until(indexed, 10, f"the engine's KV events in the node's index (block size 128); {states}")
+    # vLLM publishes over ZMQ pub/sub, which drops what is published while a subscriber is still connecting
+    # (the relay opens its socket as it answers): a prompt's events can be lost right after the stream opened.
+    # So send up to three prompts never seen before (the engine may outlive one test session), each at least
+    # two full blocks long, until the index holds blocks.
+    for _ in range(3):
+        prompt = f"{time.time_ns()} kv events " + "harbor stone " * 150
+        await front.client.completions.create(model=front.model, prompt=prompt, max_tokens=2, **GREEDY)
+        deadline = time.monotonic() + 3
+        while not await indexed():
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            return
+    raise AssertionError("no KV events in the node's index (block size 128) after 3 prompts")
 
 
 async def test_client_disconnect_aborts_the_engine_request(front: Front) -> None:
