@@ -40,6 +40,9 @@ class LoadError(Exception):
 
 class _Delta(msgspec.Struct):
     content: str | None = None
+    # A thinking model's first tokens are reasoning (vLLM/DeepSeek's field, which both gateways stream): the
+    # first token a user sees, so TTFT counts it as it counts content.
+    reasoning_content: str | None = None
 
 
 class _Choice(msgspec.Struct):
@@ -200,7 +203,7 @@ def _events(data: bytes) -> list[bytes]:
 
 
 def has_content(data: bytes) -> bool:
-    """Whether the complete events in ``data`` include a non-empty content delta.
+    """Whether the complete events in ``data`` include a non-empty content or reasoning delta.
 
     Raises:
         LoadError: an event is an error object or not JSON.
@@ -210,7 +213,7 @@ def has_content(data: bytes) -> bool:
             continue
         chunk = _parse(payload)
         for choice in chunk.choices:
-            if choice.delta is not None and choice.delta.content:
+            if choice.delta is not None and (choice.delta.content or choice.delta.reasoning_content):
                 return True
     return False
 
@@ -272,7 +275,7 @@ async def stream_chat(
             tail = chunk[-TAIL_BYTES:] if len(chunk) >= TAIL_BYTES else (tail + chunk)[-TAIL_BYTES:]
     end = time.perf_counter()
     if not first:
-        raise LoadError(f"no content delta in the stream: {head[:300]!r}")
+        raise LoadError(f"no content or reasoning delta in the stream: {head[:300]!r}")
     usage = final_usage(tail)
     return Sample(
         ttft_s=first - start,

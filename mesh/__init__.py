@@ -3,8 +3,18 @@ shell (:class:`Mesh`). Knows nothing of LLMs; see mesh/README.md for the design 
 
 This module is the membership half's public API (the replicated state's is :mod:`mesh.state`); an
 application imports these names, never the modules behind them.
+
+`Mesh`, `Swim` and `Keyring` (the runtime, the protocol core and AES-GCM) load on first use: a node that
+runs without a mesh (the demo) or only checks its cluster config never imports them, their codec, TLS or
+`cryptography` (~0.3 s of a start). `tests/test_lazy_imports.py` holds this.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from mesh.addr import WILDCARD_HOSTS, join_addr
 from mesh.best_effort import BestEffortBroadcast
 from mesh.channels import MAX_CHANNEL_MSG_BYTES, Channels
 from mesh.config import MeshConfig
@@ -20,12 +30,26 @@ from mesh.errors import (
     TlsError,
     TransportError,
 )
-from mesh.keyring import Keyring
 from mesh.member import Member, MemberState, NodeMeta, check_addr, check_member_addr
 from mesh.metrics import MeshMetrics
-from mesh.runtime import Mesh
-from mesh.swim import Swim
-from mesh.transport import WILDCARD_HOSTS, join_addr
+
+if TYPE_CHECKING:
+    from mesh.keyring import Keyring
+    from mesh.runtime import Mesh
+    from mesh.swim import Swim
+
+# name -> the module that defines it, imported by __getattr__ on first access.
+_LAZY = {"Keyring": "mesh.keyring", "Mesh": "mesh.runtime", "Swim": "mesh.swim"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mesh' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
 
 __all__ = [
     "MAX_CHANNEL_MSG_BYTES",

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Self
 
 from mesh.actions import SendPacket, StreamRequest
+from mesh.addr import WILDCARD_HOSTS, join_addr
 from mesh.config import MeshConfig
 from mesh.delegate import Delegate, EventDelegate
 from mesh.errors import JoinError, MeshStateError, TransportError
@@ -30,7 +31,7 @@ from mesh.member import Member, NodeMeta, check_addr, check_member_addr
 from mesh.metrics import MeshMetrics
 from mesh.swim import Swim
 from mesh.tls import TlsContexts
-from mesh.transport import WILDCARD_HOSTS, AsyncioTransport, Transport, join_addr
+from mesh.transport import AsyncioTransport, Transport
 
 log = logging.getLogger(__name__)
 

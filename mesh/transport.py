@@ -25,13 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import functools
 import logging
 import socket
 import ssl
 from collections.abc import Callable
 from typing import Protocol
 
+from mesh.addr import WILDCARD_HOSTS, join_addr, split_addr
 from mesh.codec import frame_length
 from mesh.errors import DecodeError, TransportError
 from mesh.limits import (
@@ -61,23 +61,8 @@ _BIND_ATTEMPTS = 16
 #: After a failed accept (no file descriptor left, mostly), the TLS listener waits this long before the next.
 ACCEPT_RETRY_S = 0.1
 
+
 #: Bind addresses that mean "every interface": outgoing streams from these leave from any address.
-WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
-
-
-@functools.lru_cache(maxsize=4096)
-def split_addr(addr: str) -> tuple[str, int]:
-    """ "host:port" -> (host, port); brackets around an IPv6 host are removed. Raises ValueError."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected host:port, got {addr!r}")
-    return host.strip("[]"), int(port)
-
-
-def join_addr(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class Transport(Protocol):
     @property
     def port(self) -> int: ...

@@ -23,18 +23,15 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from mesh import Mesh
 from node.auth.authenticator import ApiKeyAuthenticator
 from node.auth.client_cert import CertIdentities
 from node.auth.config import read_bootstrap_key
-from node.auth.jwt_auth import JwtAuthenticator
 from node.cluster.key_store import DurableKeys
 from node.cluster.member import leave_mesh, publish_http_addr, run_mesh
 from node.cluster.registry import WorkerRegistry
 from node.cluster.state import HINT_MAX_MESSAGE_BYTES, SharedState, mesh_delegate, open_shared_state, run_ticker
 from node.config import HttpConfig, ModelConfig, NodeConfig
 from node.discovery.dns import DnsClient, DnsDiscovery, system_nameserver
-from node.discovery.kubernetes import K8sDiscovery, k8s_target
 from node.drain import Drain
 from node.http.auth_middleware import auth_middleware
 from node.http.connection_rate import ConnectionRate
@@ -74,6 +71,9 @@ from storage.keys import FileKeyStore, KeyStore
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
+
+    from mesh import Mesh
+    from node.models.parses import TokenizerParses
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +126,12 @@ async def run_node(
     *,
     client_factory: Callable[[str], WorkerClient] | None = None,
     span_exporter: SpanExporter | None = None,
+    tokenizer_parses: TokenizerParses | None = None,
 ) -> AsyncIterator[RunningNode]:
     """Start a node and yield it while it serves. Raises ModelFolderError/TemplateError on a bad model,
     WorkerTlsError on unusable worker TLS files, AuthConfigError on an unreadable bootstrap key file.
-    ``span_exporter`` replaces the OTLP exporter of traced requests (tests)."""
+    ``span_exporter`` replaces the OTLP exporter of traced requests (tests); ``tokenizer_parses`` shares
+    tokenizer.json parses with other loaders in the process (the demo's simulated workers)."""
     # Read before anything starts: a bad key file stops the node with the file named.
     bootstrap_key = read_bootstrap_key(config.auth)
     http = config.http
@@ -231,6 +233,8 @@ async def run_node(
             await discovery.sync_once()
             supervisor.spawn(discovery.run(), name="worker-dns")
         if config.discovery.worker_k8s_selector:
+            from node.discovery.kubernetes import K8sDiscovery, k8s_target
+
             k8s = K8sDiscovery(k8s_target(config.discovery), shared.registry, max_workers=config.workers.max_workers)
             supervisor.spawn(k8s.run(), name="worker-k8s")
         pool.start()
@@ -240,7 +244,7 @@ async def run_node(
         if not pool.workers:
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
 
-        models.extend(await _load_models(config, pool))
+        models.extend(await _load_models(config, pool, tokenizer_parses))
         model = models[0]
         for name in by_model:
             if not any(m.answers_to(name) for m in models):
@@ -279,7 +283,11 @@ async def run_node(
                 )
             authenticator = ApiKeyAuthenticator(shared.keys.get, bootstrap_key=bootstrap_key, clock=time.time)
             failures = metrics.auth_failures
-            jwt = JwtAuthenticator.from_config(config.auth) if config.auth.jwt_enabled else None
+            jwt = None
+            if config.auth.jwt_enabled:
+                from node.auth.jwt_auth import JwtAuthenticator  # PyJWT and cryptography: only for JWTs
+
+                jwt = JwtAuthenticator.from_config(config.auth)
             middlewares.append(
                 auth_middleware(
                     authenticator,
@@ -410,7 +418,9 @@ async def _serve_admin(
     return url
 
 
-async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel]:
+async def _load_models(
+    config: NodeConfig, pool: WorkerPool, parses: TokenizerParses | None = None
+) -> list[ServedModel]:
     """Load every model folder (tokenizers in parallel threads). One model takes its name and context length
     from the workers' GetModelInfo, as before; several are named by their folders (or the workers' names
     matching them) and each served by the workers that name it. Raises ValueError on a name clash."""
@@ -434,6 +444,7 @@ async def _load_models(config: NodeConfig, pool: WorkerPool) -> list[ServedModel
                 tokenizer_cache=config.tokenizer_cache,
                 tool_call_parser=config.model.parsers_for(known[k])[0],
                 reasoning_parser=config.model.parsers_for(known[k])[1],
+                tokenizer_parses=parses,
             ),
         )
         for k, path in enumerate(paths)

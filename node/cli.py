@@ -220,6 +220,7 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job: a local node in front of simulated workers (all in this process), in-memory storage."""
     from node.app import run_node
+    from node.models.parses import TokenizerParses
     from node.models.prepare import PrepareError, default_models_dir, prepare_model
     from node.sim.config import SimWorkerConfig
     from node.sim.worker import SimWorker, load_sim_model
@@ -233,10 +234,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = load_node_config(args, model_path=(str(model_dir),))
     setup_logging(config.log)
 
+    # The node and the simulated workers load the same tokenizer.json: parsed once, by whichever comes first.
+    parses = TokenizerParses()
+
     async def start_workers(sims: Sequence[SimWorker], sim: SimWorkerConfig) -> None:
         # One load for every simulated worker: the folder and vocabulary are read-only, and each load of a
         # 128k-token tokenizer costs a second or two of the demo's time to first answer.
-        sim_model = await asyncio.to_thread(load_sim_model, sim)
+        sim_model = await asyncio.to_thread(load_sim_model, sim, parses)
         for worker in sims:
             await worker.start(sim_model)
 
@@ -254,7 +258,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             stack.push_async_callback(_cancelled, starting)  # unwound before the workers close
             urls = tuple(f"grpc://127.0.0.1:{p}" for p in ports)
             workers = dataclasses.replace(config.workers, workers=(*config.workers.workers, *urls))
-            node = await stack.enter_async_context(run_node(dataclasses.replace(config, workers=workers)))
+            node = await stack.enter_async_context(
+                run_node(dataclasses.replace(config, workers=workers), tokenizer_parses=parses)
+            )
             await starting
             print(_demo_banner(node.url, node.model.name, ports), flush=True)
             await stop.wait()

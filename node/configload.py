@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-import yaml
-
 ENV_PREFIX = "SMG_NODE_"
 _MISSING = dataclasses.MISSING
 
@@ -176,6 +174,8 @@ def add_arguments(
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML config file: a mapping of sections and/or field names (see ``split_sections``)."""
+    import yaml  # only with --config
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from mesh import Mesh
 from node.cluster.state import SharedState
 from node.config import DEFAULT_METRICS_MAX_TENANTS
 from node.http.connections import CLOSE_REASONS, ConnectionGate
@@ -23,6 +23,9 @@ from node.telemetry.buffered import BufferedCounter, BufferedHistogram, flush_al
 from node.telemetry.tally import RequestTally
 from node.workers.breaker import CIRCUIT_STATES
 from node.workers.pool import WorkerPool
+
+if TYPE_CHECKING:
+    from mesh import Mesh
 
 
 class _WorkerCollector(Collector):

@@ -142,7 +142,7 @@ def test_demo_builds_its_config_through_the_same_loader(
         pass
 
     @contextlib.asynccontextmanager
-    async def fake_run_node(config: NodeConfig) -> AsyncIterator[None]:
+    async def fake_run_node(config: NodeConfig, **_: object) -> AsyncIterator[None]:
         seen.append(config)
         raise Stop
         yield  # pragma: no cover

@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mesh.member import MemberState
-from mesh.runtime import Mesh
 from mesh.state.cluster_state import ClusterState
+
+if TYPE_CHECKING:
+    from mesh.runtime import Mesh
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from node.auth.authenticator import AuthFailure
 from node.auth.config import AuthConfig
 from node.auth.identity import Identity
 from node.auth.jwks import JwksCache
-from node.auth.jwt_verifier import ClaimRules, JwtFailure, Verified, verify_token
+from node.auth.jwt_verifier import ClaimRules, JwtFailure, Verified, looks_like_jwt, verify_token
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,11 @@ class JwtAuthenticator:
     @property
     def cache(self) -> JwksCache:
         return self._cache
+
+    @staticmethod
+    def accepts(credential: str) -> bool:
+        """Whether ``credential`` has a JWT's shape (checked before `authenticate`, which costs a lookup)."""
+        return looks_like_jwt(credential)
 
     async def authenticate(self, token: str) -> Identity | AuthFailure:
         now = self._clock()

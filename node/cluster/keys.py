@@ -5,8 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from mesh import Keyring, KeyringError, Mesh
+from mesh import KeyringError
+
+if TYPE_CHECKING:
+    from mesh import Keyring, Mesh
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,8 @@ def reload_key_file(mesh: Mesh, path: str) -> bool:
     if ring is None:
         log.error("mesh key file not reloaded: this mesh runs unencrypted (restart with --mesh-key-file)")
         return False
+    from mesh import Keyring  # cryptography loads only when a mesh has a keyring
+
     try:
         wanted = Keyring.load(path)
     except KeyringError as exc:

@@ -7,10 +7,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from mesh import WILDCARD_HOSTS, Delegate, JoinError, MemberState, Mesh
+from mesh import WILDCARD_HOSTS, Delegate, JoinError, MemberState
 from node.cluster.config import ClusterConfig, mesh_config, node_meta, seeds
 from node.cluster.seeds import host_address, resolve_seeds, split_addr
+
+if TYPE_CHECKING:
+    from mesh import Mesh
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,8 @@ async def run_mesh(config: ClusterConfig, *, http_addr: str, delegate: Delegate 
     Raises mesh errors (TransportError: the port is taken; KeyringError: a bad key file) at start, OSError
     when a wildcard bind's host name does not resolve.
     """
+    from mesh import Mesh  # the runtime loads only when a node runs a mesh
+
     advertise = await _advertise(config)
     if advertise:
         log.info("mesh: advertising %s to peers", advertise)

@@ -19,9 +19,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from mesh import MAX_CHANNEL_MSG_BYTES, BestEffortBroadcast, Channels, Mesh
+from mesh import MAX_CHANNEL_MSG_BYTES, BestEffortBroadcast, Channels
 from mesh.state import ClusterState, StateConfig, live_members
 from node.cluster.api_keys import ApiKeyTable
 from node.cluster.health import HEALTH_SHARDS, HEALTH_TABLE, HealthBoard
@@ -29,6 +29,9 @@ from node.cluster.hint_snapshot import HintSnapshot
 from node.cluster.limiter import INFLIGHT_SHARDS, INFLIGHT_TABLE, ClusterLimiter
 from node.cluster.registry import WorkerRegistry
 from node.cluster.tenant_limits import TenantLimits
+
+if TYPE_CHECKING:
+    from mesh import Mesh
 
 log = logging.getLogger(__name__)
 

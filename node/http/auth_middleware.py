@@ -13,7 +13,7 @@ Absent when auth is off: no middleware, every request as before.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -22,9 +22,10 @@ from node.auth.access import allowed_roles
 from node.auth.authenticator import ApiKeyAuthenticator, AuthFailure
 from node.auth.client_cert import CertIdentities, PeerCert
 from node.auth.identity import Identity
-from node.auth.jwt_auth import JwtAuthenticator
-from node.auth.jwt_verifier import looks_like_jwt
 from node.errors import Forbidden, Unauthorized
+
+if TYPE_CHECKING:  # PyJWT and cryptography load only when JWTs are accepted (node.app)
+    from node.auth.jwt_auth import JwtAuthenticator
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -65,7 +66,7 @@ def auth_middleware(
             result = certs.identity(_peer_cert(request))
         if result is None:
             result = authenticator.authenticate(credential)
-        if jwt is not None and result == MALFORMED and credential and looks_like_jwt(credential):
+        if jwt is not None and result == MALFORMED and credential and jwt.accepts(credential):
             result = await jwt.authenticate(credential)
         if isinstance(result, AuthFailure):
             on_failure(result)

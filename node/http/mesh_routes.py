@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
 
-from mesh import JoinError, Member, Mesh, check_addr
+from mesh import JoinError, Member, check_addr
 from node.cluster.seeds import resolve_seeds
 from node.errors import GatewayError, InvalidRequest
 from node.http.errors import read_json
+
+if TYPE_CHECKING:
+    from mesh import Mesh
 
 MAX_JOIN_PEERS = 16
 MAX_JOIN_BODY_BYTES = 64 * 1024

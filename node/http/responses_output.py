@@ -129,7 +129,8 @@ class ResponseOutput:
         frames = self._frames
         out = b""
         if kind == _CALL:
-            item.update(status="completed", arguments=text)
+            # A call open when the token budget ran out was cut there (its arguments are what was sent).
+            item.update(status="incomplete" if self.reason == "length" else "completed", arguments=text)
             if frames is not None:
                 out = frames.event(
                     "response.function_call_arguments.done",

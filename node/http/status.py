@@ -13,17 +13,20 @@ import os
 import time
 from collections.abc import Sequence
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
 
-from mesh import Mesh
 from node.cluster.limiter import ClusterLimiter
 from node.http.mesh_routes import member_json
 from node.http.workers_api import worker_json
 from node.metrics import NodeMetrics
 from node.pipeline.served_model import ServedModel
 from node.workers.pool import WorkerPool
+
+if TYPE_CHECKING:
+    from mesh import Mesh
 
 #: How often the page polls /status.json (it is one small JSON document).
 REFRESH_MS = 2000

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from node.config import TokenizerCacheConfig
 from node.pipeline.model import ModelFolder, load_model_folder
@@ -14,6 +15,9 @@ from node.pipeline.parsers.detect import detect_parsers
 from node.pipeline.parsing import AUTO, ModelParsers, resolve_parsers
 from node.pipeline.template import ChatTemplate
 from node.pipeline.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from node.models.parses import TokenizerParses
 
 # A folder that declares no context length: assume a modest window rather than unlimited.
 DEFAULT_CONTEXT_LENGTH = 4096
@@ -65,15 +69,17 @@ def load_served_model(
     tokenizer_cache: TokenizerCacheConfig | None = None,
     tool_call_parser: str = AUTO,
     reasoning_parser: str = AUTO,
+    tokenizer_parses: TokenizerParses | None = None,
 ) -> ServedModel:
     """Load a model folder. ``tool_call_parser`` / ``reasoning_parser``: vLLM's parser names, ``auto``
-    (detected from the folder) or ``none``. Raises ModelFolderError (names the file), TemplateError (bad
+    (detected from the folder) or ``none``; ``tokenizer_parses``: tokenizer.json parses shared with other
+    loaders in this process. Raises ModelFolderError (names the file), TemplateError (bad
     template) or UnknownParserError (a ValueError)."""
     folder = load_model_folder(model_path)
     tokenizer = (
-        Tokenizer.from_file(folder.tokenizer_path, cache=tokenizer_cache)
+        Tokenizer.from_file(folder.tokenizer_path, cache=tokenizer_cache, parses=tokenizer_parses)
         if tokenizer_cache is not None
-        else Tokenizer.from_file(folder.tokenizer_path)
+        else Tokenizer.from_file(folder.tokenizer_path, parses=tokenizer_parses)
     )
     source = Path(chat_template_file).read_text(encoding="utf-8") if chat_template_file else folder.chat_template
     template = (

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tokenizers
 
@@ -43,6 +43,9 @@ from node.pipeline.token_cache import (
     TokenCache,
     TokenCacheStats,
 )
+
+if TYPE_CHECKING:
+    from node.models.parses import TokenizerParses
 
 TOKENIZER_FILE = "tokenizer.json"
 # encode_batch_fast skips offset tracking (~2x faster) and releases the GIL; older releases lack it.
@@ -167,19 +170,26 @@ class Tokenizer:
 
     @classmethod
     def from_bytes(
-        cls, data: bytes, *, cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE, fast: bool = True
+        cls,
+        data: bytes,
+        *,
+        cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE,
+        fast: bool = True,
+        parses: TokenizerParses | None = None,
     ) -> Tokenizer:
-        """Build from the contents of a tokenizer.json.
+        """Build from the contents of a tokenizer.json. ``parses``: parses shared with other loaders in this
+        process (the demo's simulated workers load the same file).
 
         Raises:
             ValueError: ``data`` is not a tokenizer definition the ``tokenizers`` library accepts.
         """
+        fingerprint = hashlib.sha256(data).hexdigest()
         try:
-            raw = tokenizers.Tokenizer.from_buffer(data)
+            raw = tokenizers.Tokenizer.from_buffer(data) if parses is None else parses.parse(data, fingerprint)
         except Exception as exc:  # the binding raises a bare Exception for every parse failure
             raise ValueError(f"not a valid tokenizer definition: {exc}") from exc
         definition = json.loads(data)  # valid JSON: the binding just parsed it
-        return cls(raw, fingerprint=hashlib.sha256(data).hexdigest(), definition=definition, cache=cache, fast=fast)
+        return cls(raw, fingerprint=fingerprint, definition=definition, cache=cache, fast=fast)
 
     @classmethod
     def from_file(
@@ -188,8 +198,10 @@ class Tokenizer:
         *,
         cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE,
         fast: bool = True,
+        parses: TokenizerParses | None = None,
     ) -> Tokenizer:
-        """Load a tokenizer.json file, or the one inside a model folder if ``path`` is a directory.
+        """Load a tokenizer.json file, or the one inside a model folder if ``path`` is a directory (``parses``:
+        as `from_bytes`).
 
         Raises:
             ModelFolderError: the file is missing, unreadable or not a valid tokenizer (names the file).
@@ -200,7 +212,7 @@ class Tokenizer:
         except OSError as exc:
             raise ModelFolderError(file, f"cannot read: {exc.strerror or exc}") from exc
         try:
-            return cls.from_bytes(data, cache=cache, fast=fast)
+            return cls.from_bytes(data, cache=cache, fast=fast, parses=parses)
         except ValueError as exc:
             raise ModelFolderError(file, str(exc)) from exc
 

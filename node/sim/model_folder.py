@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from node.models.parses import TokenizerParses
 from node.pipeline import model as files
 from node.sim.errors import ModelFolderError
 
@@ -45,8 +46,11 @@ class ModelFolder:
     sampling_defaults: Mapping[str, float]
 
 
-def load_model_folder(model_path: str, served_model_name: str = "") -> tuple[ModelFolder, Tokenizer]:
-    """Read the folder at ``model_path``.
+def load_model_folder(
+    model_path: str, served_model_name: str = "", parses: TokenizerParses | None = None
+) -> tuple[ModelFolder, Tokenizer]:
+    """Read the folder at ``model_path`` (``parses``: tokenizer.json parses shared with other loaders in the
+    process, e.g. the demo's node).
 
     Raises:
         ModelFolderError: the path is empty or not a folder, tokenizer.json is missing or unreadable, or a
@@ -61,12 +65,14 @@ def load_model_folder(model_path: str, served_model_name: str = "") -> tuple[Mod
     if not tokenizer_file.is_file():
         raise ModelFolderError(f"{tokenizer_file} is missing")
     try:
-        return _load(path, tokenizer_file, served_model_name)
+        return _load(path, tokenizer_file, served_model_name, parses)
     except files.ModelFolderError as exc:
         raise ModelFolderError(str(exc)) from exc
 
 
-def _load(path: Path, tokenizer_file: Path, served_model_name: str) -> tuple[ModelFolder, Tokenizer]:
+def _load(
+    path: Path, tokenizer_file: Path, served_model_name: str, parses: TokenizerParses | None
+) -> tuple[ModelFolder, Tokenizer]:
     # The small JSON files first: a typo there fails before the seconds-long tokenizer load.
     config_file = path / files.CONFIG_FILE
     generation_file = path / files.GENERATION_CONFIG_FILE
@@ -75,7 +81,10 @@ def _load(path: Path, tokenizer_file: Path, served_model_name: str) -> tuple[Mod
     generation = files.read_json(generation_file, required=False)
     tokenizer_config = files.read_json(tokenizer_config_file, required=False)
     try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        if parses is None:
+            tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        else:
+            tokenizer = parses.parse(tokenizer_file.read_bytes())
     except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
         raise ModelFolderError(f"cannot load {tokenizer_file}: {exc}") from exc
 

@@ -17,6 +17,7 @@ from types import TracebackType
 import grpc
 from tokenizers import Tokenizer
 
+from node.models.parses import TokenizerParses
 from node.pipeline.parsers.detect import ParserChoice, detect_folder
 from node.sim.answers import FamilyAnswers
 from node.sim.config import SimWorkerConfig
@@ -81,13 +82,14 @@ class SimModel:
     answers: FamilyAnswers | None = None
 
 
-def load_sim_model(config: SimWorkerConfig) -> SimModel:
-    """Read ``config.model_path`` (blocking: about a second for a 128k vocabulary).
+def load_sim_model(config: SimWorkerConfig, parses: TokenizerParses | None = None) -> SimModel:
+    """Read ``config.model_path`` (blocking: about a second for a 128k vocabulary; ``parses``: tokenizer.json
+    parses shared with other loaders in the process).
 
     Raises:
         ModelFolderError: the folder or its tokenizer cannot be read.
     """
-    folder, tokenizer = load_model_folder(config.model_path, config.served_model_name)
+    folder, tokenizer = load_model_folder(config.model_path, config.served_model_name, parses)
     try:
         added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
         family = detect_folder(folder.path, added_tokens=added)

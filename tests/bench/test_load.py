@@ -28,6 +28,12 @@ def test_first_content_is_the_first_non_empty_delta() -> None:
     assert has_content(ROLE + TOKEN)
 
 
+def test_a_thinking_model_s_first_token_is_its_first_reasoning_delta() -> None:
+    reasoning = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":" Let"}}]}\n\n'
+    assert has_content(ROLE + reasoning)
+    assert not has_content(ROLE + b'data: {"choices":[{"index":0,"delta":{"reasoning_content":""}}]}\n\n')
+
+
 def test_a_partial_event_is_not_read_yet() -> None:
     assert not has_content(ROLE + TOKEN[:-1])
     assert not has_content(ROLE + TOKEN[:20])

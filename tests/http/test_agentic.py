@@ -592,3 +592,58 @@ async def test_a_template_that_opens_the_reasoning_block_starts_the_answer_insid
         thought = model.tokenizer.encode("Short thought.\n", add_special_tokens=False)
         assert r.usage is not None and r.usage.completion_tokens_details is not None
         assert r.usage.completion_tokens_details.reasoning_tokens == len(thought)
+
+
+# --- Arguments streamed as written (argstream.py) -------------------------------------------------------------
+
+LONG_ARGS = '{"city": "Paris", "note": "compare the last three days with the forecast for the weekend, in detail"}'
+LONG_CALL = '<tool_call>\n{"name": "get_weather", "arguments": ' + LONG_ARGS + "}\n</tool_call>"
+
+
+async def test_chat_streams_argument_fragments_as_openai_does(edge: Edge) -> None:
+    edge.answer[0] = qwen_answer(LONG_CALL)
+    kw: dict[str, Any] = {"messages": ASK, "tools": [WEATHER]}
+    whole = await edge.client.chat.completions.create(model="qwen", **kw)
+    streamed, raw = await _streamed(edge, **kw)
+    deltas = [tc for c in raw for ch in c["choices"] for tc in ch["delta"].get("tool_calls") or []]
+    first, rest = deltas[0], deltas[1:]
+    assert first["index"] == 0 and first["type"] == "function" and first["id"].startswith("call_")
+    assert first["function"] == {"name": "get_weather", "arguments": ""}  # name first, no arguments yet
+    assert len(rest) > 1, "the arguments arrive in several fragments"
+    assert all(d.keys() == {"index", "function"} and d["function"].keys() == {"arguments"} for d in rest)
+    fragments = "".join(d["function"]["arguments"] for d in rest)
+    assert whole.choices[0].message.tool_calls is not None
+    assert fragments == whole.choices[0].message.tool_calls[0].function.arguments == LONG_ARGS
+    assert whole.choices[0].finish_reason == streamed.choices[0].finish_reason == "tool_calls"
+
+
+async def test_a_call_cut_by_max_tokens_ends_with_what_was_sent(edge: Edge) -> None:
+    edge.answer[0] = qwen_answer(LONG_CALL)
+    kw: dict[str, Any] = {"messages": ASK, "tools": [WEATHER]}
+    full = len(edge.model.tokenizer.encode(qwen_answer(LONG_CALL), add_special_tokens=False))
+    whole = await edge.client.chat.completions.create(model="qwen", max_tokens=full - 12, **kw)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "length"  # as OpenAI: the budget, not the call, ended the answer
+    assert choice.message.tool_calls is not None
+    arguments = choice.message.tool_calls[0].function.arguments
+    assert arguments and LONG_ARGS.startswith(arguments) and arguments != LONG_ARGS
+    # Streamed (raw chunks: the SDK's accumulator refuses a "length" answer): the same call, the same reason.
+    stream = await edge.client.chat.completions.create(model="qwen", stream=True, max_tokens=full - 12, **kw)
+    chunks = [chunk.model_dump(exclude_unset=True) async for chunk in stream]
+    deltas = [tc for c in chunks for ch in c["choices"] for tc in ch["delta"].get("tool_calls") or []]
+    assert "".join(d["function"]["arguments"] for d in deltas) == arguments
+    assert [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch.get("finish_reason")] == ["length"]
+
+
+async def test_responses_stream_function_call_arguments_as_written(edge: Edge) -> None:
+    edge.answer[0] = qwen_answer(LONG_CALL)
+    events = await _events(edge, {"model": "qwen", "input": "Weather?", "tools": [RESP_WEATHER]})
+    kinds = [e["type"] for e in events]
+    at = kinds.index("response.output_item.added", kinds.index("response.reasoning_text.done"))
+    assert events[at]["item"]["type"] == "function_call" and events[at]["item"]["arguments"] == ""
+    deltas = [e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"]
+    (done,) = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert len(deltas) > 1 and "".join(deltas) == done["arguments"] == LONG_ARGS
+    assert kinds.index("response.function_call_arguments.done") > max(
+        i for i, k in enumerate(kinds) if k == "response.function_call_arguments.delta"
+    )

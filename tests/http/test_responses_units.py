@@ -12,7 +12,7 @@ from node.errors import InvalidRequest
 from node.http.history import OutageGate
 from node.http.responses_output import ResponseOutput
 from node.http.responses_stream import ResponseEvents
-from node.pipeline.events import ContentDelta
+from node.pipeline.events import ContentDelta, ToolCallDelta
 from node.pipeline.responses_items import chat_messages, chat_tools, normalize_input, normalize_tools, output_message
 
 
@@ -125,6 +125,29 @@ def test_events_are_numbered_and_typed() -> None:
     }
     assert parsed[6][1]["part"] == {"type": "output_text", "text": 'a"b\n', "annotations": [], "logprobs": []}
     assert output.items == [output_message("msg_1", 'a"b\n')]
+
+
+def test_function_call_arguments_stream_per_fragment() -> None:
+    events = ResponseEvents()
+    output = ResponseOutput(lambda prefix: f"{prefix}_1", events)
+    frames = output.feed(ToolCallDelta(0, 0, id="call_a", name="f"))
+    frames += output.feed(ToolCallDelta(0, 0, arguments='{"a": ')) + output.feed(ToolCallDelta(0, 0, arguments="1}"))
+    parsed = _parse(frames + output.finish("stop"))
+    assert [name for name, _ in parsed] == [
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ]
+    assert parsed[0][1]["item"]["arguments"] == "" and parsed[0][1]["item"]["name"] == "f"
+    assert [data["delta"] for _, data in parsed[1:3]] == ['{"a": ', "1}"]
+    assert parsed[3][1]["arguments"] == '{"a": 1}' and parsed[4][1]["item"]["status"] == "completed"
+    cut = ResponseOutput(lambda prefix: f"{prefix}_1", ResponseEvents())
+    cut.feed(ToolCallDelta(0, 0, id="call_a", name="f"))
+    cut.feed(ToolCallDelta(0, 0, arguments='{"a": '))
+    cut.finish("length")
+    assert cut.items[0]["status"] == "incomplete" and cut.items[0]["arguments"] == '{"a": '
 
 
 def test_outage_gate_holds_then_lets_a_probe_through() -> None:

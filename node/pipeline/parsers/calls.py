@@ -1,12 +1,24 @@
 """Turning a parsed tool call into events, and the rules every tool-call parser shares.
 
-Arguments are released when a call *closes*: a parser holds a call's text until its end marker (or the end
-of output), parses and checks it, and only then emits ``ToolCallStart, ToolCallArgsDelta, ToolCallEnd``.
-Events cannot be taken back, so this is what lets a malformed call degrade to content without losing text.
+Two ways a call reaches the client:
 
-Degrade rule (one for all families): a call block becomes content, verbatim and including its markers, when
-it is unfinished at the end of output, does not parse, has arguments that are not a JSON object, names a
-function missing from the request's tool list (when one is given), or grows past ``max_call_chars``.
+- Streamed (the JSON families: Hermes/Qwen, Mistral ``[ARGS]``, DeepSeek V3/V3.1, Kimi K2, Harmony; see
+  ``argstream.py``): ``ToolCallStart`` once the name is known and accepted and the arguments object begins,
+  then ``ToolCallArgsDelta`` fragments of the model's own text as far as it stays a JSON-object prefix, then
+  ``ToolCallEnd``. The fragments concatenate to the call's arguments exactly as written.
+  Llama 3 JSON streams the same way; Qwen3-Coder and GLM-4.5 stream one closed parameter at a time
+  (paramstream.py).
+- Decided at close (pythonic lists, the Mistral JSON-list form, and any block whose head does not
+  stream, e.g. ``"arguments"`` before ``"name"``): the block is held to its end marker (or the end of
+  output), parsed and checked, and emitted as ``ToolCallStart, ToolCallArgsDelta, ToolCallEnd`` at once,
+  its arguments as ``json.dumps`` writes them.
+
+Degrade rule (before a call has started; one for all families): a call block becomes content, verbatim and
+including its markers, when it is unfinished at the end of output, does not parse, has arguments that are not
+a JSON object, names a function missing from the request's tool list (when one is given), or grows past
+``max_call_chars``. Events cannot be taken back, so a *started* call is never undone: it ends where it is cut
+(end of output: the arguments sent so far, as OpenAI ends a call cut by ``length``; the bound: where the bound
+falls) or where its JSON breaks, and the text after that point is content (``argstream.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +30,8 @@ from typing import Final
 
 from node.pipeline.parsers.events import Event, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 
-# A call's text is held in memory until it closes. 1 Mi characters is far beyond any real call's arguments
+# A call block's text is held in memory until it closes (a streamed call's too: the bound keeps one rule for
+# both paths, and a started call that reaches it ends there). 1 Mi characters is far beyond any real call's arguments
 # (a 128k-token context is ~0.5 Mi characters) and bounds what one choice can make the gateway hold.
 MAX_CALL_CHARS: Final = 1 << 20
 
@@ -53,17 +66,21 @@ class CallEmitter:
         known = self.options.tools
         return bool(calls) and (known is None or all(call.name in known for call in calls))
 
+    def accepts_name(self, name: str) -> bool:
+        known = self.options.tools
+        return known is None or name in known
+
+    def start(self, name: str, call_id: str | None = None) -> ToolCallStart:
+        """The next call's start (its index and id assigned here)."""
+        index = self.count
+        self.count += 1
+        return ToolCallStart(index, call_id or f"{self.options.id_prefix}{index}", name)
+
     def emit(self, calls: Sequence[ParsedCall]) -> list[Event]:
         events: list[Event] = []
         for call in calls:
-            index = self.count
-            self.count += 1
-            call_id = call.id or f"{self.options.id_prefix}{index}"
-            events += (
-                ToolCallStart(index, call_id, call.name),
-                ToolCallArgsDelta(index, call.arguments),
-                ToolCallEnd(index),
-            )
+            start = self.start(call.name, call.id)
+            events += (start, ToolCallArgsDelta(start.index, call.arguments), ToolCallEnd(start.index))
         return events
 
     def schema_type(self, function: str, parameter: str) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from node.pipeline.parsers.argstream import StreamRule
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, arguments_text
 
@@ -42,8 +43,17 @@ def parse_v31(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
     return [ParsedCall(name, encoded)] if encoded is not None else None
 
 
-DEEPSEEK_V3 = BlockFormat(CALL_BEGIN, CALL_END, parse_v3, CALLS_BEGIN, CALLS_END)
-DEEPSEEK_V31 = BlockFormat(CALL_BEGIN, CALL_END, parse_v31, CALLS_BEGIN, CALLS_END)
+# Heads as the parsers above read them, through the arguments' "{" (names stripped: a name ends at its last
+# non-blank character before the newline / separator).
+_V3_STREAM = StreamRule(
+    head=re.compile(r"\s*function" + SEP + r"[^\S\n]*(?P<name>[^\n<]*[^\s<])[^\S\n]*\n```(?:json)?\n\s*\{"),
+    trailer=re.compile(r"\s*```\s*"),
+)
+_V31_STREAM = StreamRule(
+    head=re.compile(r"\s*(?P<name>[^\n<]*[^\s<])[^\S\n]*" + SEP + r"\s*\{"), trailer=re.compile(r"\s*")
+)
+DEEPSEEK_V3 = BlockFormat(CALL_BEGIN, CALL_END, parse_v3, CALLS_BEGIN, CALLS_END, _V3_STREAM)
+DEEPSEEK_V31 = BlockFormat(CALL_BEGIN, CALL_END, parse_v31, CALLS_BEGIN, CALLS_END, _V31_STREAM)
 
 
 def deepseek_v3_parser(options: ToolOptions) -> BlockToolParser:

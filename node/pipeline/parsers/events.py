@@ -56,7 +56,8 @@ class StreamParser(Protocol):
         ...
 
     def finish(self) -> list[Event]:
-        """End of output: flush everything held back. An unfinished or malformed call becomes content."""
+        """End of output: flush everything held back. An unfinished or malformed call that has not started
+        becomes content; a started one ends with the arguments sent so far."""
         ...
 
 

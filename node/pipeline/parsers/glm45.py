@@ -6,13 +6,16 @@
     </tool_call>
 
 A value becomes a JSON value by the type the tool list declares (``string`` stays text); undeclared values
-are JSON when they parse and text otherwise, as GLM's published parser does.
+are JSON when they parse and text otherwise, as GLM's published parser does. A call streams one parameter at
+a time from its first ``<arg_key>`` (paramstream.py).
 """
 
 from __future__ import annotations
 
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, dumps_arguments, typed_value
+from node.pipeline.parsers.paramstream import GLM45 as STREAM
+from node.pipeline.parsers.paramstream import ParamStream
 from node.pipeline.parsers.tags import tagged_runs
 
 
@@ -47,7 +50,9 @@ def parse_glm45(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
     return [ParsedCall(name, encoded)] if encoded is not None else None
 
 
-GLM45 = BlockFormat(call_begin="<tool_call>", call_end="</tool_call>", parse=parse_glm45)
+GLM45 = BlockFormat(
+    call_begin="<tool_call>", call_end="</tool_call>", parse=parse_glm45, stream=lambda: ParamStream(STREAM)
+)
 
 
 def glm45_parser(options: ToolOptions) -> BlockToolParser:

@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+from node.pipeline.parsers.argstream import CallStream, StreamRule
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, arguments_text
 from node.pipeline.parsers.events import ContentDelta, Event, ReasoningDelta
 from node.pipeline.parsers.markers import MarkerSet
@@ -33,6 +34,8 @@ BODY_ENDS: Final = ("<|end|>", "<|call|>", "<|return|>")
 MAX_HEADER_CHARS: Final = 512
 FUNCTIONS_PREFIX: Final = "functions."
 
+# A call body is the arguments object itself; it streams from its "{" (see argstream.py).
+_BODY_STREAM: Final = StreamRule(head=re.compile(r"\s*\{"), trailer=re.compile(r"\s*"))
 _CHANNEL_NAME: Final = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 _RECIPIENT: Final = re.compile(r"\bto=([^\s<]+)")
 
@@ -51,6 +54,7 @@ class HarmonyParser:
         "_parse_tools",
         "_scanned",
         "_state",
+        "_stream",
         "_tool_name",
     )
 
@@ -68,6 +72,7 @@ class HarmonyParser:
         self._body_kind = _CONTENT
         self._tool_name = ""
         self._scanned = 0  # the prefix of a held call body already searched for its end marker
+        self._stream: CallStream | None = None  # the open call body's argument stream
 
     def feed(self, text: str, token_ids: Sequence[int] = ()) -> list[Event]:
         if self._state == _OUTSIDE and not self._buf and not self._open.may_hold(text):
@@ -139,32 +144,61 @@ class HarmonyParser:
         self._state = _BODY
         if recipient is not None and recipient.group(1).startswith(FUNCTIONS_PREFIX):
             self._body_kind, self._tool_name = _TOOL, recipient.group(1).removeprefix(FUNCTIONS_PREFIX)
+            self._stream = CallStream(_BODY_STREAM, self._tool_name) if self._parse_tools else None
         elif recipient is not None or name == "analysis":
             self._body_kind = _REASONING
         else:
             self._body_kind = _CONTENT
 
     def _tool_body(self, out: list[Event], found: tuple[int, str] | None, *, final: bool) -> bool:
+        stream = self._stream
+        started = stream is not None and stream.started
+        limit = self._max - len(self._header)
         if found is None and not final:
             self._scanned = self._ends.resume_at(self._buf)
-            if len(self._header) + len(self._buf) > self._max:  # not a call we will hold
-                _add(out, ContentDelta(self._header))
-                self._header, self._body_kind, self._scanned = "", _SPILL, 0
+            if len(self._buf) > limit:  # not a call we will hold
+                self._spill(out, stream, self._buf)
+                self._buf = ""
                 return True
+            if stream is not None:
+                stream.advance(self._buf, len(self._buf) - self._ends.held_len(self._buf), self._calls, out)
             return False
         at, marker = found if found is not None else (len(self._buf), "")
         self._scanned = 0
+        if at + len(marker) > limit:
+            self._spill(out, stream, self._buf[: at + len(marker)])
+            self._buf = self._buf[at + len(marker) :]
+            self._body_kind, self._state = _CONTENT, _OUTSIDE
+            return True
+        if stream is not None:
+            stream.advance(self._buf, at, self._calls, out)
+            started = stream.started
         body = self._buf[:at]
         self._buf = self._buf[at + len(marker) :]
+        header, self._header, self._state, self._stream = self._header, "", _OUTSIDE, None
+        if started and stream is not None:
+            stream.end(body, marker, out)
+            return True
         arguments = arguments_text(body)
         calls = [ParsedCall(self._tool_name, arguments)] if arguments is not None else []
-        fits = len(self._header) + at + len(marker) <= self._max
-        if calls and fits and self._parse_tools and self._calls.accepts(calls):
+        if calls and self._parse_tools and self._calls.accepts(calls):
             out += self._calls.emit(calls)
         else:
-            _add(out, ContentDelta(self._header + body + marker))
-        self._header, self._state = "", _OUTSIDE
+            _add(out, ContentDelta(header + body + marker))
         return True
+
+    def _spill(self, out: list[Event], stream: CallStream | None, body: str) -> None:
+        """The body outgrew max_call_chars: a started call ends at the bound (short of an end-marker prefix
+        there), the rest of ``body`` is content, and so is the rest of the message through its end marker."""
+        if stream is not None:
+            head = body[: max(0, self._max - len(self._header))]
+            stop = len(head) - self._ends.held_len(head)
+            stream.advance(body, stop, self._calls, out)  # what a feed ending at the bound would have sent
+        if stream is not None and stream.started:
+            stream.abort(body, stop, out)
+        else:
+            _add(out, ContentDelta(self._header + body))
+        self._header, self._body_kind, self._scanned, self._stream = "", _SPILL, 0, None
 
 
 def _add(out: list[Event], event: ContentDelta | ReasoningDelta) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from node.pipeline.parsers.argstream import StreamRule
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, arguments_text
 
@@ -33,6 +34,10 @@ KIMI_K2 = BlockFormat(
     parse=parse_kimi_k2,
     section_begin="<|tool_calls_section_begin|>",
     section_end="<|tool_calls_section_end|>",
+    stream=StreamRule(
+        head=re.compile(r"\s*(?P<id>(?:functions\.)?(?P<name>[^\s:<]+):\d+)\s*<\|tool_call_argument_begin\|>\s*\{"),
+        trailer=re.compile(r"\s*"),
+    ),
 )
 
 

@@ -49,6 +49,9 @@ class MarkerSet:
         """Length of the longest suffix of ``text`` that is a proper prefix of some marker: the part that
         must wait for the next chunk."""
         size = len(text)
+        tail = text[size - self._longest_prefix :] if size > self._longest_prefix else text
+        if not self.may_hold(tail):  # the common case inside a long call: no marker character near the end
+            return 0
         for start in range(max(0, size - self._longest_prefix), size):
             if text[start] in self._firsts and text[start:] in self._prefixes:
                 return size - start

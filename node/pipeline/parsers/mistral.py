@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from node.pipeline.parsers.argstream import StreamRule
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
 from node.pipeline.parsers.calls import (
     CallEmitter,
@@ -39,7 +40,11 @@ def parse_mistral(block: str, emitter: CallEmitter) -> list[ParsedCall] | None:
     return [ParsedCall(match.group(1), arguments)] if arguments is not None else None
 
 
-MISTRAL = BlockFormat(call_begin="[TOOL_CALLS]", call_end=None, parse=parse_mistral)
+# The v11 form streams; the JSON-list form is decided whole when its block ends.
+_STREAM = StreamRule(
+    head=re.compile(r"\s*(?P<name>[^\s\[\]{]+)(?:\[CALL_ID\][^\[]*)?\[ARGS\]\s*\{"), trailer=re.compile(r"\s*")
+)
+MISTRAL = BlockFormat(call_begin="[TOOL_CALLS]", call_end=None, parse=parse_mistral, stream=_STREAM)
 
 
 def mistral_parser(options: ToolOptions) -> BlockToolParser:

@@ -9,7 +9,8 @@
     </tool_call>
 
 A parameter's value is its text without one leading and one trailing newline; it becomes a JSON value by
-the type the tool list declares for it (a string when undeclared), as Qwen's own parser does.
+the type the tool list declares for it (a string when undeclared), as Qwen's own parser does. A call streams
+one parameter at a time (paramstream.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Final
 
 from node.pipeline.parsers.blocks import BlockFormat, BlockToolParser
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions, dumps_arguments, typed_value
+from node.pipeline.parsers.paramstream import QWEN3_CODER as STREAM
+from node.pipeline.parsers.paramstream import ParamStream
 from node.pipeline.parsers.tags import tagged_runs
 
 _FUNCTION_OPEN: Final = "<function="
@@ -43,7 +46,9 @@ def parse_qwen3_coder(block: str, emitter: CallEmitter) -> list[ParsedCall] | No
     return [ParsedCall(name, encoded)] if encoded is not None else None
 
 
-QWEN3_CODER = BlockFormat(call_begin="<tool_call>", call_end="</tool_call>", parse=parse_qwen3_coder)
+QWEN3_CODER = BlockFormat(
+    call_begin="<tool_call>", call_end="</tool_call>", parse=parse_qwen3_coder, stream=lambda: ParamStream(STREAM)
+)
 
 
 def qwen3_coder_parser(options: ToolOptions) -> BlockToolParser:

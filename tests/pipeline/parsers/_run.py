@@ -49,6 +49,10 @@ SAMPLES: dict[str, list[str]] = {
         "a < b and <tool_ca but no call, <tool_call>{not json}</tool_call> tail",
         'x <tool_call>{"name": "get_weather", "arguments": {"city": "Pa',
         "emoji 😀 and 中文 <tool_call>",
+        # Streamed calls that break after their start, carry extra keys, or put the arguments first.
+        '<tool_call>{"name": "f", "arguments": {"a": [1, -2.5e3, "\\u00e9 😀"] oops}}</tool_call> tail',
+        '<tool_call>{"name": "f", "arguments": {"b": true}, "x": 1}</tool_call><tool_call>{"arguments": {}, '
+        '"name": "g"}</tool_call>',
     ],
     "qwen3_coder": [
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nc\n"
@@ -56,12 +60,18 @@ SAMPLES: dict[str, list[str]] = {
         "Sure.<tool_call>\n<function=f>\n</function>\n</tool_call> then <tool_call><function=g>junk</function>"
         "</tool_call>",
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+        # Streamed per parameter: one breaks after the first parameter, one has text after </function>.
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n junk <parameter=b>\n2\n</parameter>\n"
+        "</function>\n</tool_call>tail<tool_call><function=a><parameter=x>😀</parameter></function>x</tool_call>",
     ],
     "glm45": [
         "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
         "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
         "<tool_call>f</tool_call><tool_call>bad name\n<arg_key>k</arg_key></tool_call>",
         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_val",
+        "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>[1, 2]</arg_value> stray <arg_key>b</arg_key>"
+        "<arg_value>x</arg_value></tool_call>after<tool_call>a<arg_key>k</arg_key> x <arg_value>v</arg_value>"
+        "</tool_call>",
     ],
     "deepseek_v3": [
         "Sure<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
@@ -72,6 +82,8 @@ SAMPLES: dict[str, list[str]] = {
         "<｜tool▁calls▁end｜> after",
         '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"ci',
         "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜>",
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": null}\n`` x'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
     ],
     "deepseek_v31": [
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
@@ -99,6 +111,8 @@ SAMPLES: dict[str, list[str]] = {
         '  {"name": "get_weather", "parameters": {"ci',
         "{ this is content that starts with a brace }",
         "Plain answer with { braces } later.",
+        '{"name": "a", "parameters": {"x": 1}} ; {"name": "b", "parameters": {"y": "z"} oops',
+        '{"name": "a", "parameters": {"x": 1}}; {"parameters": {}, "name": "b"}; trailing prose',
     ],
     "llama4_pythonic": [
         '[get_weather(city="Paris", unit="c"), f()]',
@@ -116,5 +130,6 @@ SAMPLES: dict[str, list[str]] = {
         '<|message|>{"q": 1}<|call|>',
         "<|channel|>commentary to=functions.get_weather json<|message|>" + WEATHER,
         "no harmony at all <|chan",
+        '<|channel|>commentary to=functions.f<|message|>{"a": nul!}<|call|><|channel|>final<|message|>ok',
     ],
 }
