@@ -69,6 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--peers", type=int, default=8, help="mesh peers of the measured node")
     parser.add_argument("--seconds", type=float, default=30.0, help="measurement window")
+    parser.add_argument(
+        "--mesh-profile", choices=("local", "lan", "wan"), default="local", help="the nodes' SWIM profile [local]"
+    )
+    parser.add_argument(
+        "--node-arg",
+        action="append",
+        default=[],
+        help="extra smg-node serve flag, e.g. --node-arg=--health-idle-every=1",
+    )
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     parser.add_argument("--serve-workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
@@ -86,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         mesh_ports = [launch.free_port() for _ in range(1 + args.peers)]
         nodes: list[launch.Service] = []
         for i, mesh_port in enumerate(mesh_ports):
-            flags = ["--processes", "1", "--mesh-bind", f"127.0.0.1:{mesh_port}", "--mesh-profile", "local"]
+            flags = ["--processes", "1", "--mesh-bind", f"127.0.0.1:{mesh_port}", "--mesh-profile", args.mesh_profile]
+            flags += args.node_arg
             flags += ["--node-name", f"idle-{i}"] + (["--join", f"127.0.0.1:{mesh_ports[0]}"] if i else [])
             port = launch.free_port()
             cmd = launch.node_command(port, workers, model_dir, flags)
@@ -105,7 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     pct = [100 * (b - a) / elapsed for a, b in zip(before, after, strict=True)]
     measured, peers, worker_host = pct[0], pct[1:-1], pct[-1]
     verdict = "✅" if measured < TARGET_PCT_OF_CORE else "❌"
-    print(f"{args.workers} workers, {args.peers} peers, {elapsed:.0f} s window; dead: {dead or 'none'}")
+    extra = " ".join(args.node_arg) or "no extra flags"
+    print(
+        f"{args.workers} workers, {args.peers} peers, {args.mesh_profile} profile, {extra}, {elapsed:.0f} s window;"
+        f" dead: {dead or 'none'}"
+    )
     print(f"measured node: {measured:.2f} % of a core {verdict} (target < {TARGET_PCT_OF_CORE:g} %)")
     if peers:
         print(f"peers: median {statistics.median(peers):.2f} %, max {max(peers):.2f} %")

@@ -257,6 +257,14 @@ class WorkerPoolConfig:
         },
     )
     health_interval_s: float = field(default=2.0, metadata={"help": "seconds between worker health checks"})
+    health_idle_every: int = field(
+        default=4,
+        metadata={
+            "help": "a worker in rotation that got no request from this node since its last check, whose engine "
+            "reports nothing running or waiting, is checked only every this many intervals (1: always every "
+            "interval); traffic, a failed check or a busy engine bring back every interval"
+        },
+    )
     health_timeout_s: float = field(default=2.0, metadata={"help": "a health check slower than this fails"})
     health_failures_to_unhealthy: int = field(
         default=2, metadata={"help": "consecutive failed checks before a worker leaves rotation"}
@@ -342,6 +350,7 @@ class WorkerPoolConfig:
         _positive("health_timeout_s", self.health_timeout_s)
         _positive("health_publish_interval_s", self.health_publish_interval_s)
         _positive("health_failures_to_unhealthy", self.health_failures_to_unhealthy)
+        _positive("health_idle_every", self.health_idle_every)
 
 
 @dataclass(frozen=True, slots=True)

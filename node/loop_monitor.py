@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Histogram
 # Buckets around the 2 ms budget a request's CPU work may block the loop for (issue: "no single request's CPU
 # work blocks it for more than 2 ms").
 LAG_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-DEFAULT_INTERVAL_S = 0.05
+DEFAULT_INTERVAL_S = 0.1  # 10 wake-ups a second: part of an idle node's floor
 #: How far back ``recent_lag_s`` looks: longer than a health check's deadline (2 s by default), so a stall
 #: during a check is still remembered when the check ends.
 RECENT_S = 5.0

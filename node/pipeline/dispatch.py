@@ -194,6 +194,7 @@ class Dispatch:
         handed: str | None = None
         finished = False
         worker.in_flight += 1
+        worker.dispatched += 1
         stream = worker.client.generate(request)
         try:
             async for out in stream:
@@ -240,6 +241,7 @@ class Dispatch:
         )
         contract = WorkerContract(limits, url=worker.url)
         worker.in_flight += 1
+        worker.dispatched += 1
         worker_done = False
         got_any = False
         stream = worker_batches(worker.client, request)

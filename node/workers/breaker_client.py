@@ -143,6 +143,9 @@ class BreakerClient:
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
         await self._inner.abort(request_ids, timeout_s=timeout_s)
 
+    async def connection_lost(self) -> None:
+        await self._inner.connection_lost()
+
     async def close(self) -> None:
         await self._inner.close()
 

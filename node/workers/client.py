@@ -55,6 +55,12 @@ class WorkerClient(Protocol):
 
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None: ...
 
+    async def connection_lost(self) -> None:
+        """Return once the connection to the worker, after being up, goes down (a worker process that exits
+        closes it at once); never return when the client cannot tell. Raises WorkerFailed when there is no
+        connection to watch (the worker's name leads nowhere allowed)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -3,10 +3,14 @@
 A check is HealthCheck, then (once) GetModelInfo, then GetLoads unless the KV-event stream carries loads; a
 worker in rotation that answers GetLoads is checked with GetLoads alone, and with HealthCheck too only every
 ``HEALTH_RPC_EVERY`` checks (see there). A worker leaves rotation after ``health_failures_to_unhealthy``
-failed checks in a row and returns after one passed check. Lifeguard's local health awareness, for workers:
-a node whose event loop lags (a CPU-heavy request, GC, an overloaded host) cannot time a worker's answers, so
-its checks' deadlines stretch by the lag it measures, and failures while it lags count only after
-``MAX_EXCUSED_CHECKS`` of them.
+failed checks in a row and returns after one passed check. An idle worker is checked every
+``health_idle_every`` intervals (as Envoy's ``no_traffic_interval``): its requests, when they come, are
+watched by their own deadlines and the circuit breaker, and a lost connection (a worker process that exits
+closes it at once; ``WorkerPool`` watches it) brings the next check forward.
+
+Lifeguard's local health awareness, for workers: a node whose event loop lags (a CPU-heavy request, GC, an
+overloaded host) cannot time a worker's answers, so its checks' deadlines stretch by the lag it measures, and
+failures while it lags count only after ``MAX_EXCUSED_CHECKS`` of them.
 """
 
 from __future__ import annotations
@@ -69,13 +73,38 @@ class HealthChecker:
         # this node lags, see _timed_probe), so a worker that stops answering fails
         # ``health_failures_to_unhealthy`` checks within that many intervals plus one, however long
         # --health-timeout-s is.
+        # An idle worker (see _idle) waits ``health_idle_every`` intervals instead: most of an idle node's CPU
+        # with many workers was their checks. Its bound grows by as many intervals; the first failed check
+        # brings back every interval, so it still leaves ``health_failures_to_unhealthy - 1`` intervals later.
         loop = asyncio.get_running_loop()
         interval = self._config.health_interval_s
         next_at = loop.time()
+        seen = worker.dispatched
         while True:
+            worker.recheck.clear()
             await self._check(worker)
-            next_at = max(next_at + interval, loop.time())  # after a stall, no burst of checks to catch up
-            await asyncio.sleep(next_at - loop.time())
+            idle = self._idle(worker, seen)
+            seen = worker.dispatched
+            step = interval * self._config.health_idle_every if idle else interval
+            next_at = max(next_at + step, loop.time())  # after a stall, no burst of checks to catch up
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(next_at):
+                    await worker.recheck.wait()
+                next_at = loop.time()  # a sign it may be gone (its connection closed): check now
+
+    @staticmethod
+    def _idle(worker: Worker, dispatched_before: int) -> bool:
+        """In rotation, its last check passed cleanly, no request from this node since the previous check (nor
+        one still open), and its engine reports nothing running or waiting (other nodes' traffic shows there)."""
+        load = worker.load
+        return (
+            worker.healthy
+            and worker.consecutive_failures == 0
+            and worker.excused_checks == 0
+            and worker.in_flight == 0
+            and worker.dispatched == dispatched_before
+            and (load is None or (load.running == 0 and load.waiting == 0))
+        )
 
     def publish(self, worker: Worker) -> None:
         """Share this node's current view of ``worker`` with the cluster (the board decides how soon)."""

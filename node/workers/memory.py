@@ -126,6 +126,9 @@ class MemoryWorker:
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
         self.aborted.extend(request_ids)
 
+    async def connection_lost(self) -> None:
+        await asyncio.Event().wait()  # in-process: there is no connection to lose
+
     async def close(self) -> None:
         return None
 

@@ -259,11 +259,23 @@ class WorkerPool:
 
     def _watch(self, worker: Worker) -> None:
         worker.tasks.append(self._supervisor.spawn(self._health.run(worker), name=f"health-{worker.url}"))
+        worker.tasks.append(self._supervisor.spawn(self._watch_connection(worker), name=f"connection-{worker.url}"))
         if self._kv_indexes is not None:
             kv = follow_kv_events(
                 worker, self._kv_indexes, model_of=self._model_of, recheck_s=self._config.health_interval_s
             )
             worker.tasks.append(self._supervisor.spawn(kv, name=f"kv-events-{worker.url}"))
+
+    async def _watch_connection(self, worker: Worker) -> None:
+        """A lost connection brings the worker's next health check forward (an idle worker's waits several
+        intervals): a worker process that exits is out within a check or two, whatever the backoff."""
+        while True:
+            try:
+                await worker.client.connection_lost()
+            except WorkerFailed:
+                await asyncio.sleep(self._config.health_interval_s)  # nothing to watch yet
+                continue
+            worker.recheck.set()
 
     async def close(self) -> None:
         await asyncio.gather(*(w.client.close() for w in self._workers.values()), return_exceptions=True)

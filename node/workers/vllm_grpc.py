@@ -437,6 +437,19 @@ class VllmGrpcClient:
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(self._url, "Abort", exc) from exc
 
+    async def connection_lost(self) -> None:
+        """The control channel (grpc.aio: health checks, GetModelInfo, Abort) leaving READY: the worker closed
+        the connection (it exited, or sent GOAWAY) or its keepalive failed. Event-driven: no cost while up."""
+        while True:
+            ep = await self._endpoint()
+            state = ep.channel.get_state(try_to_connect=False)
+            if state == grpc.ChannelConnectivity.SHUTDOWN:
+                raise WorkerUnavailable(f"worker {self._url}: the client is closed")
+            await ep.channel.wait_for_state_change(state)
+            if state == grpc.ChannelConnectivity.READY and ep is self._ep:
+                return
+            # Not up yet (or the name moved to new channels): watch again from the state it is in now.
+
     async def close(self) -> None:
         for task in list(self._retiring):
             task.cancel()

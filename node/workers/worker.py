@@ -23,6 +23,10 @@ class Worker:
     consecutive_failures: int = 0
     excused_checks: int = 0  # failed checks not counted since the last passed one: our loop lagged through them
     in_flight: int = 0
+    dispatched: int = 0  # requests this node has sent it, ever (its health checks back off while this stays put)
+    #: Set on a sign the worker may be gone (its connection closed): the health loop checks it at once instead
+    #: of waiting out the interval (which an idle worker stretches).
+    recheck: asyncio.Event = field(default_factory=asyncio.Event)
     info: ModelInfo | None = None
     load: LoadView | None = None
     kv_events: str = "unknown"  # unknown | streaming (subscription open) | unsupported | retrying

@@ -192,6 +192,9 @@ class _Unreachable:
     async def abort(self, request_ids: Any, timeout_s: float) -> None:
         return None
 
+    async def connection_lost(self) -> None:
+        await asyncio.Event().wait()  # cut: no connection comes up to be lost
+
     async def close(self) -> None:
         await self._real.close()
 

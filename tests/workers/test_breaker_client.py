@@ -63,6 +63,9 @@ class Scripted:
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
         return None
 
+    async def connection_lost(self) -> None:
+        await asyncio.Event().wait()  # the test says when the worker is gone
+
     async def close(self) -> None:
         return None
 

@@ -1,6 +1,7 @@
 """What a health check sends: a worker in rotation that answers GetLoads gets one RPC per interval (HealthCheck
 only every HEALTH_RPC_EVERY checks), and still leaves rotation within its bound when its engine reports itself
-unhealthy while its server answers, or when it stops answering."""
+unhealthy while its server answers, or when it stops answering. An idle worker is checked every few intervals,
+and traffic or a busy engine bring back every interval."""
 
 from __future__ import annotations
 
@@ -24,16 +25,19 @@ URL = "grpc://127.0.0.1:1"
 INTERVAL_S = 0.05
 FAILURES = 2
 LOAD = EngineLoad(running=1, waiting=0, waiting_uncached_tokens=0, token_usage=0.25, gen_throughput=0.0)
+IDLE_LOAD = EngineLoad(running=0, waiting=0, waiting_uncached_tokens=0, token_usage=0.0, gen_throughput=0.0)
+IDLE_EVERY = 4
 
 
 class ScriptedWorker:
     """A worker whose engine verdict (HealthCheck), load answers (GetLoads) and reachability are set by the test;
     it counts the RPCs it gets."""
 
-    def __init__(self, *, answers_loads: bool = True) -> None:
+    def __init__(self, *, answers_loads: bool = True, load: EngineLoad = LOAD) -> None:
         self.engine_ok = True
         self.reachable = True
         self.answers_loads = answers_loads
+        self.load = load
         self.calls: list[str] = []
 
     @property
@@ -52,7 +56,7 @@ class ScriptedWorker:
         self.calls.append("loads")
         if not self.reachable:
             raise WorkerFailed(f"worker {URL}: GetLoads failed: UNAVAILABLE: connection refused")
-        return LOAD if self.answers_loads else None
+        return self.load if self.answers_loads else None
 
     async def kv_events(
         self, start_sequence_number: int
@@ -67,6 +71,9 @@ class ScriptedWorker:
     async def abort(self, request_ids: Sequence[str], *, timeout_s: float) -> None:
         return None
 
+    async def connection_lost(self) -> None:
+        await asyncio.Event().wait()  # the test says when the worker is gone
+
     async def close(self) -> None:
         return None
 
@@ -79,8 +86,14 @@ async def supervisor() -> AsyncIterator[Supervisor]:
 
 async def _pool(worker: ScriptedWorker, supervisor: Supervisor) -> tuple[WorkerPool, Worker]:
     loop = asyncio.get_running_loop()
+    config = WorkerPoolConfig(
+        workers=(URL,),
+        health_interval_s=INTERVAL_S,
+        health_failures_to_unhealthy=FAILURES,
+        health_idle_every=IDLE_EVERY,
+    )
     pool = WorkerPool(
-        WorkerPoolConfig(workers=(URL,), health_interval_s=INTERVAL_S, health_failures_to_unhealthy=FAILURES),
+        config,
         client_factory=lambda _url: worker,
         policies=lambda _role, _model: RoundRobin(),
         policy_name="round_robin",
@@ -156,3 +169,55 @@ async def test_a_worker_that_stops_answering_leaves_after_failures_to_unhealthy_
     await _checks_until(lambda: not pool.routable(w), most=200)
     failed_checks = worker.calls[start:].count("loads") + worker.calls[start:].count("health")
     assert failed_checks <= FAILURES + 1  # +1: a check in flight when it stopped
+
+
+async def _checks_within(worker: ScriptedWorker, intervals: int) -> int:
+    start = worker.calls.count("loads")
+    await asyncio.sleep(intervals * INTERVAL_S)
+    return worker.calls.count("loads") - start
+
+
+async def test_an_idle_worker_is_checked_every_few_intervals_until_traffic_or_a_busy_engine(
+    supervisor: Supervisor,
+) -> None:
+    worker = ScriptedWorker(load=IDLE_LOAD)
+    pool, w = await _pool(worker, supervisor)
+    window = 24  # intervals
+    idle = await _checks_within(worker, window)
+    assert 2 <= idle <= window // IDLE_EVERY + 2, idle  # still checked, but every IDLE_EVERY intervals
+
+    async def traffic() -> None:  # a request routed to it from this node now and then
+        while True:
+            w.dispatched += 1
+            await asyncio.sleep(INTERVAL_S / 2)
+
+    sender = asyncio.create_task(traffic())
+    try:
+        await asyncio.sleep(IDLE_EVERY * INTERVAL_S)  # the idle wait under way ends first
+        with_traffic = await _checks_within(worker, window)
+    finally:
+        sender.cancel()
+    assert with_traffic > window // IDLE_EVERY + 2 and with_traffic >= window // 2, with_traffic
+
+    worker.load = LOAD  # other nodes' requests keep its engine busy: every interval again
+    await asyncio.sleep(IDLE_EVERY * INTERVAL_S)
+    busy = await _checks_within(worker, window)
+    assert busy > window // IDLE_EVERY + 2 and busy >= window // 2, busy
+    assert pool.routable(w)
+
+
+async def test_an_idle_worker_that_stops_answering_is_checked_every_interval_after_the_first_failure(
+    supervisor: Supervisor,
+) -> None:
+    worker = ScriptedWorker(load=IDLE_LOAD)
+    pool, w = await _pool(worker, supervisor)
+    await _wait_checks(worker, 2)  # idle by now
+    loop = asyncio.get_running_loop()
+    stopped = loop.time()
+    worker.reachable = False
+    await _checks_until(lambda: not pool.routable(w), most=400)
+    took = loop.time() - stopped
+    # At most IDLE_EVERY intervals to the first failed check, then one interval per further failure.
+    assert took < (IDLE_EVERY + FAILURES) * INTERVAL_S + 0.3, took
+    worker.reachable = True
+    await _checks_until(lambda: pool.routable(w), most=200)
