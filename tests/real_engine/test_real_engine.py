@@ -127,19 +127,25 @@ async def test_client_disconnect_aborts_the_engine_request(front: Front) -> None
             return False  # a CPU-bound engine answers GetLoads slowly while it generates: ask again
         return load is not None and load.running >= 1
 
-    # Setup: the request is seen running in the engine while its tokens still stream to the client (asked
-    # between chunks, so the answer cannot have ended or been aborted before the engine reported it).
+    # Setup: the request is seen running in the engine while its tokens still stream to the client. GetLoads
+    # is asked back to back beside the stream, not between its chunks: a CPU-bound engine may take seconds to
+    # answer one, and the stream must not wait for it (the answer could end meanwhile).
     async with aiohttp.ClientSession() as http, http.post(f"{front.node.url}/v1/completions", json=body) as resp:
         assert resp.status == 200
         seen = 0
         until = time.monotonic() + 60
-        async for line in resp.content:
-            seen += line.startswith(b"data: ")
-            if seen >= 3 and await running():
-                break
-            assert time.monotonic() < until, "the request never showed as running in the engine"
-        else:
-            raise AssertionError("the stream ended before the request showed as running in the engine")
+        poll = asyncio.ensure_future(_until(running, 60, "the request running in the engine"))
+        try:
+            async for line in resp.content:
+                seen += line.startswith(b"data: ")
+                if seen >= 3 and poll.done():
+                    poll.result()
+                    break
+                assert time.monotonic() < until, "the request never showed as running in the engine"
+            else:
+                raise AssertionError("the stream ended before the request showed as running in the engine")
+        finally:
+            poll.cancel()
     # The client is gone: the node must abort, and the engine stop generating long before 1,500 tokens.
 
     async def idle() -> bool:
