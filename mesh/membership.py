@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from mesh.awareness import Awareness
@@ -111,6 +111,10 @@ class Membership:
 
     def snapshot(self) -> tuple[Member, ...]:
         return tuple(node.snapshot() for node in self.nodes.values())
+
+    def names_in(self, states: Collection[MemberState]) -> list[str]:
+        """Names of the members in ``states``, without a snapshot of each (periodic callers ask this)."""
+        return [node.name for node in self.nodes.values() if node.state in states]
 
     def counts(self) -> tuple[int, int, int, int]:
         by_state = [0, 0, 0, 0]

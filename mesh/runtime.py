@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -27,7 +27,7 @@ from mesh.config import MeshConfig
 from mesh.delegate import Delegate, EventDelegate
 from mesh.errors import JoinError, MeshStateError, TransportError
 from mesh.keyring import Keyring
-from mesh.member import Member, NodeMeta, check_addr, check_member_addr
+from mesh.member import Member, MemberState, NodeMeta, check_addr, check_member_addr
 from mesh.metrics import MeshMetrics
 from mesh.swim import Swim
 from mesh.tls import TlsContexts
@@ -154,6 +154,15 @@ class Mesh:
 
     def members(self) -> tuple[Member, ...]:
         return self._core.members()
+
+    def member_names(self, states: Collection[MemberState]) -> list[str]:
+        """Names of the members in ``states`` (cheaper than ``members()``: no snapshots)."""
+        return self._core.member_names(states)
+
+    @property
+    def size(self) -> int:
+        """``len(members())``, without building them."""
+        return self._core.size
 
     def metrics(self) -> MeshMetrics:
         metrics = self._core.metrics()

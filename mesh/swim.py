@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from mesh.actions import Action
@@ -316,6 +317,14 @@ class Swim:
 
     def members(self) -> tuple[Member, ...]:
         return self._members.snapshot()
+
+    def member_names(self, states: Collection[MemberState]) -> list[str]:
+        return self._members.names_in(states)
+
+    @property
+    def size(self) -> int:
+        """Members in the table, dead ones until reaped: ``len(members())`` without the snapshots."""
+        return self._members.size
 
     def member(self, name: str) -> Member | None:
         node = self._members.nodes.get(name)

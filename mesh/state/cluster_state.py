@@ -39,6 +39,7 @@ on the one thread/task that owns the state — the mesh's event loop. No clock i
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
 
@@ -69,6 +70,10 @@ from mesh.state.wire import (
 )
 
 log = logging.getLogger(__name__)
+
+#: How often tick() rebuilds the set of nodes known from rows but not alive when membership did not change:
+#: a dead node's late rows are noticed this late at most (they are collected dead_gc_delay_s after it died).
+MEMBERS_REFRESH_S = 1.0
 
 Subscriber = Callable[[Change], None]
 
@@ -132,6 +137,8 @@ class ClusterState:
         self._events: list[Change] = []
         self._notifying = False
         self._next_housekeeping: float | None = None
+        self._last_alive: frozenset[str] | None = None
+        self._next_members_update = -math.inf
         self._doc_bytes = 0
         self._flush_failing = False
 
@@ -217,7 +224,13 @@ class ClusterState:
         max_row_bytes) is logged and counted, and housekeeping runs regardless: GC and compaction must
         never depend on the counters' contents."""
         if alive is not None:
-            self._update_members(now, alive)
+            # A changed membership applies at once; otherwise only the "known but not alive" set can move
+            # (rows of a dead node arriving late), and it is rebuilt from every row, so not on every tick.
+            alive_now = frozenset(alive)
+            if alive_now != self._last_alive or now >= self._next_members_update:
+                self._last_alive = alive_now
+                self._next_members_update = now + MEMBERS_REFRESH_S
+                self._update_members(now, alive_now)
         try:
             self._counters.flush(now)
         except StateLimitError as exc:

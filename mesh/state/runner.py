@@ -30,7 +30,7 @@ LIVE_STATES = frozenset({MemberState.ALIVE, MemberState.SUSPECT})
 
 
 def live_members(mesh: Mesh) -> list[str]:
-    return [m.name for m in mesh.members() if m.state in LIVE_STATES]
+    return mesh.member_names(LIVE_STATES)
 
 
 async def run_state(state: ClusterState, mesh: Mesh, *, clock: Callable[[], float]) -> None:

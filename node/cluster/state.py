@@ -90,7 +90,7 @@ def open_shared_state(
     state = ClusterState(mesh.name if mesh is not None else STANDALONE_NODE, state_config())
 
     def cluster_size() -> int:
-        return len(mesh.members()) if mesh is not None else 1
+        return mesh.size if mesh is not None else 1
 
     snapshot = HintSnapshot(on_hints)
 
