@@ -258,7 +258,7 @@ class WorkerPoolConfig:
     )
     health_interval_s: float = field(default=2.0, metadata={"help": "seconds between worker health checks"})
     health_idle_every: int = field(
-        default=4,
+        default=8,
         metadata={
             "help": "a worker in rotation that got no request from this node since its last check, whose engine "
             "reports nothing running or waiting, is checked only every this many intervals (1: always every "

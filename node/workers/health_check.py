@@ -45,7 +45,8 @@ MAX_EXCUSED_CHECKS = 3
 #: that died behind a live server) goes out too on every this-many-th check, and on every check after a
 #: failure, while out of rotation and when GetLoads gives no load. Bounds, in checks (one per interval):
 #: a worker that stops answering leaves after ``health_failures_to_unhealthy`` as before; one whose server
-#: answers while its engine reports unhealthy after at most ``HEALTH_RPC_EVERY - 1`` more.
+#: answers while its engine reports unhealthy after at most ``HEALTH_RPC_EVERY - 1`` more (an idle worker's
+#: checks are ``health_idle_every`` intervals apart).
 HEALTH_RPC_EVERY = 5
 
 
