@@ -36,6 +36,20 @@ async def _until(check: Callable[[], bool], timeout_s: float) -> float:
     return loop.time() - start
 
 
+def _started_pool(config: WorkerPoolConfig, supervisor: Supervisor) -> WorkerPool:
+    loop = asyncio.get_running_loop()
+    pool = WorkerPool(
+        config,
+        client_factory=VllmGrpcClient,
+        policies=lambda _role, _model: RoundRobin(),
+        policy_name="round_robin",
+        breakers=lambda: CircuitBreaker(failures_to_open=1, open_s=60.0, clock=loop.time),
+        supervisor=supervisor,
+    )
+    pool.start()
+    return pool
+
+
 @pytest.mark.parametrize("idle_every", [1, 4])
 async def test_a_hung_worker_is_out_within_two_intervals_and_a_bit(
     llama3_model_dir: Path, tmp_path: Path, idle_every: int
@@ -50,17 +64,8 @@ async def test_a_hung_worker_is_out_within_two_intervals_and_a_bit(
             health_timeout_s=TIMEOUT_S,
             health_idle_every=idle_every,
         )
-        loop = asyncio.get_running_loop()
         async with Supervisor() as supervisor:
-            pool = WorkerPool(
-                config,
-                client_factory=VllmGrpcClient,
-                policies=lambda _role, _model: RoundRobin(),
-                policy_name="round_robin",
-                breakers=lambda: CircuitBreaker(failures_to_open=1, open_s=60.0, clock=loop.time),
-                supervisor=supervisor,
-            )
-            pool.start()
+            pool = _started_pool(config, supervisor)
             try:
                 (worker,) = pool.workers
                 await _until(lambda: pool.routable(worker), timeout_s=10)
@@ -93,17 +98,8 @@ async def test_an_idle_worker_that_exits_is_out_within_two_intervals_not_its_idl
         config = WorkerPoolConfig(
             workers=(f"grpc://127.0.0.1:{port}",), health_interval_s=INTERVAL_S, health_idle_every=idle_every
         )
-        loop = asyncio.get_running_loop()
         async with Supervisor() as supervisor:
-            pool = WorkerPool(
-                config,
-                client_factory=VllmGrpcClient,
-                policies=lambda _role, _model: RoundRobin(),
-                policy_name="round_robin",
-                breakers=lambda: CircuitBreaker(failures_to_open=1, open_s=60.0, clock=loop.time),
-                supervisor=supervisor,
-            )
-            pool.start()
+            pool = _started_pool(config, supervisor)
             try:
                 (worker,) = pool.workers
                 await _until(lambda: pool.routable(worker), timeout_s=10)
