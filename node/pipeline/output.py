@@ -6,9 +6,9 @@ engine, decides where an answer ends) → text stages (reasoning, then tool call
 parsers plug in as ``ParserStage``, none by default) → events. Usage counts only the tokens the client's
 answer consumed, so it is exact even when the gateway cut the answer short.
 
-Hot path: one ``ContentDelta`` per worker message and choice at most; ids are stepped one at a time only
-when something needs to know which token produced which text (stop strings, logprobs, token ids), else a
-whole chunk is detokenized at once.
+Hot path: one ``ContentDelta`` per choice for the worker messages that arrived together (one write to the
+client) at most; ids are stepped one at a time only when something needs to know which token produced which
+text (stop strings, logprobs, token ids), else those messages' ids are detokenized at once.
 """
 
 from __future__ import annotations
@@ -193,6 +193,8 @@ class OutputProcessor:
         events: list[Event] = []
         usage = self.usage
         n = len(self._choices)
+        if len(outs) > 1 and not self._per_token:
+            return self._feed_merged(outs, events)
         for out in outs:
             if out.index >= n:
                 raise WorkerProtocolError(f"the worker sent choice index {out.index} of n={n}")
@@ -201,6 +203,47 @@ class OutputProcessor:
                 usage.cached_tokens = out.cached_tokens
             self._consume(out, events)
         return events
+
+    def _feed_merged(self, outs: Sequence[WorkerOutput], events: list[Event]) -> list[Event]:
+        """``feed`` when nothing needs to know which token made which text: consecutive chunks of one choice
+        that arrived together are stepped as one chunk (one detokenizer step, one ContentDelta), since they
+        reach the client in the same write anyway. The text, its order, the stops and the counts are those of
+        stepping them one by one (the detokenizer and text stages are chunk-boundary invariant); only the
+        number of deltas differs, as with an engine that sends several tokens per message."""
+        usage = self.usage
+        n = len(self._choices)
+        run_index = -1  # the choice whose chunks are being merged; -1: none
+        run_ids: list[int] = []
+        last: Sequence[int] = ()
+        for out in outs:
+            index = out.index
+            if index >= n:
+                raise WorkerProtocolError(f"the worker sent choice index {index} of n={n}")
+            if out.cached_tokens > usage.cached_tokens and not self.continued:
+                usage.cached_tokens = out.cached_tokens
+            if out.finish_reason is None and out.logprobs is None:
+                if index != run_index:
+                    if run_index >= 0:
+                        self._step_run(run_index, run_ids, last, events)
+                    run_index, run_ids = index, []
+                run_ids += out.token_ids
+                last = out.token_ids
+                continue
+            if run_index >= 0:
+                self._step_run(run_index, run_ids, last, events)
+                run_index = -1
+            self._consume(out, events)
+        if run_index >= 0:
+            self._step_run(run_index, run_ids, last, events)
+        return events
+
+    def _step_run(self, index: int, ids: list[int], last: Sequence[int], events: list[Event]) -> None:
+        choice = self._choices[index]
+        if _ended(choice):
+            return
+        # The last message's ids, as sent: what vLLM's final message repeats (``_consume``).
+        choice.last_chunk = last
+        self._step(choice, self._offset + index, ids, (), events)
 
     def _consume(self, out: WorkerOutput, events: list[Event]) -> None:
         choice = self._choices[out.index]
@@ -251,8 +294,14 @@ class OutputProcessor:
         # stop_token_ids until then; stop strings are not matched until then either).
         armed = choice.consumed + len(ids) > self._min_tokens
         terminators = self._terminators
-        if armed and not terminators.isdisjoint(ids):  # a set test in C first: the generator costs per token
-            cut = next(k for k, t in enumerate(ids) if t in terminators)
+        # A set test in C first: the generator costs per token. The first terminator at or past min_tokens
+        # ends the answer (position k makes consumed + k + 1 tokens), wherever the chunk boundaries fall.
+        if armed and not terminators.isdisjoint(ids):
+            floor = self._min_tokens - choice.consumed
+            cut = next((k for k, t in enumerate(ids) if t in terminators and k >= floor), -1)
+        else:
+            cut = -1
+        if cut >= 0:
             # The terminator counts as generated (as engines count EOS) but is not part of the text.
             choice.consumed += cut + 1
             if choice.thinking is not None:

@@ -154,3 +154,93 @@ def test_an_output_parser_plugs_in_as_a_text_stage(llama3_tokenizer: Tokenizer) 
         kinds = [type(e).__name__ for e in events if not (isinstance(e, ContentDelta) and not e.text.strip())]
         assert kinds.index("ReasoningDelta") < kinds.index("ContentDelta") < kinds.index("ToolCallDelta")
         assert events[-1] == Finish(0, "length")
+
+
+def _indexed(index: int, ids: Sequence[int], finish: str | None = None) -> WorkerOutput:
+    return _message(ids, finish)._replace(index=index)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 5), min_size=1, max_size=8),
+    groups=st.lists(st.integers(1, 9), min_size=1, max_size=8),
+    n=st.integers(1, 2),
+    min_tokens=st.integers(0, 12),
+    eos_at=st.integers(0, 60),
+    parser=st.booleans(),
+)
+def test_messages_that_arrive_together_make_the_answer_they_make_one_by_one(
+    llama3_tokenizer: Tokenizer,
+    sizes: list[int],
+    groups: list[int],
+    n: int,
+    min_tokens: int,
+    eos_at: int,
+    parser: bool,
+) -> None:
+    """The worker's messages arrive in batches (one read); a batch's chunks of a choice are stepped together.
+    Text, reasoning and tool-call deltas joined, finish reasons and usage are those of feeding the messages
+    one at a time, and a choice gets at most one content delta per run of its chunks in a batch."""
+    text = f"<think>Let me see.</think>{TEXT}" + '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'
+    ids = llama3_tokenizer.encode(text if parser else TEXT, add_special_tokens=False)
+    ids = [*ids[:eos_at], EOS, *ids[eos_at:]]  # an EOS somewhere: before min_tokens it does not end the answer
+    spec = GenerateSpec(
+        request_id="r",
+        prompt_ids=[1, 2, 3],
+        params=SamplingParams(max_tokens=len(ids), n=n, min_tokens=min_tokens),
+        terminators=frozenset({EOS}),
+    )
+    # The messages of n choices interleaved, as a worker streams them, each choice ending as vLLM's does.
+    messages: list[WorkerOutput] = []
+    per_choice = [_chunks(ids, sizes[k:] + sizes[:k]) for k in range(n)]
+    for step in range(max(len(c) for c in per_choice)):
+        for k, chunks in enumerate(per_choice):
+            if step < len(chunks):
+                messages.append(_indexed(k, chunks[step]))
+    for k, chunks in enumerate(per_choice):
+        messages.append(_indexed(k, chunks[-1], finish="length"))
+
+    def stages() -> OutputProcessor:
+        # A tool-call parser as a text stage: it must see the same text whatever the batching.
+        plug = (
+            (lambda s: [ParserStage(build_parser(tool_parser="hermes", reasoning_parser="qwen3"))]) if parser else None
+        )
+        return OutputProcessor(spec, llama3_tokenizer, stages=plug)
+
+    one_by_one, together = stages(), stages()
+    alone: list[Event] = []
+    for message in messages:
+        alone.extend(one_by_one.feed([message]))
+    batched: list[Event] = []
+    start = 0
+    for size in itertools.cycle(groups):
+        if start >= len(messages) or together.complete:
+            break
+        batch = messages[start : start + size]
+        start += size
+        got = together.feed(batch)
+        # A run of one choice's chunks (or a final message) makes one content delta at most, and one more
+        # where the choice ends (what the text stages held back).
+        runs = sum(
+            1
+            for a, b in itertools.pairwise([None, *batch])
+            if a is None or a.index != b.index or a.finish_reason or b.finish_reason
+        )
+        runs += sum(1 for e in got if type(e) is Finish)
+        assert sum(1 for e in got if type(e) is ContentDelta) <= runs
+        batched.extend(got)
+    for k in range(n):
+        assert _joined(alone, k) == _joined(batched, k)
+    assert together.usage == one_by_one.usage
+
+
+def _joined(events: Sequence[Event], index: int) -> tuple[str, str, dict[int, tuple[str, str, str]], list[Event]]:
+    """Choice ``index``'s content, reasoning and tool calls (id, name, arguments by call) joined, and finishes."""
+    content = "".join(e.text for e in events if type(e) is ContentDelta and e.index == index)
+    reasoning = "".join(e.text for e in events if type(e) is ReasoningDelta and e.index == index)
+    calls: dict[int, tuple[str, str, str]] = {}
+    for e in events:
+        if type(e) is ToolCallDelta and e.index == index:
+            cid, name, args = calls.get(e.call, ("", "", ""))
+            calls[e.call] = (cid + (e.id or ""), name + (e.name or ""), args + e.arguments)
+    return content, reasoning, calls, [e for e in events if type(e) is Finish and e.index == index]
