@@ -4,7 +4,7 @@ and the bytes are exactly the frames in order. A client that disconnects still a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -12,6 +12,8 @@ import msgspec
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
+from aiohttp.web_protocol import RequestHandler
 
 from node.http.sse import DONE, SseStream
 from tests.http.conftest import Cluster, start_cluster
@@ -191,3 +193,37 @@ async def test_a_client_that_disconnects_still_aborts_the_worker_request(slow: C
             await asyncio.sleep(0.001)
         resp.close()
     assert request_id in engine.aborted_request_ids
+
+
+async def test_the_status_line_and_headers_leave_with_the_first_frames(
+    chunky: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each transport write of a streamed response is a send system call: the headers do not take one alone."""
+    sent: list[bytes] = []
+    write, writelines = StreamWriter._write, StreamWriter._writelines
+
+    def counted_write(self: StreamWriter, chunk: bytes) -> None:
+        if isinstance(self.protocol, RequestHandler):  # the node's side, not the test client's
+            sent.append(bytes(chunk))
+        write(self, chunk)
+
+    def counted_writelines(self: StreamWriter, chunks: Iterable[bytes]) -> None:
+        chunks = [bytes(c) for c in chunks]
+        if isinstance(self.protocol, RequestHandler):
+            sent.append(b"".join(chunks))
+        writelines(self, chunks)
+
+    monkeypatch.setattr(StreamWriter, "_write", counted_write)
+    monkeypatch.setattr(StreamWriter, "_writelines", counted_writelines)
+    body = {
+        "model": chunky.model,
+        "messages": [{"role": "user", "content": "Tell a story."}],
+        "max_tokens": 3 * TOKENS_PER_CHUNK,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    raw = await _post(chunky.node.url + "/v1/chat/completions", body)
+    assert sent[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"\r\ncontent-type: text/event-stream\r\n" in sent[0].lower()
+    assert b'data: {"id":' in sent[0] and b'"role":"assistant"' in sent[0], "headers went out alone"
+    assert raw.endswith(DONE) and len(sent) <= 3 + 1
