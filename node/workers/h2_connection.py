@@ -12,7 +12,9 @@ Invariants:
   reader is the gateway's own event loop, so flow control is not used as backpressure here;
 - a stream ends exactly once, with a status; a connection-level failure ends every open stream;
 - liveness is the caller's (it owns the clock, ``h2_keepalive``): the core sends the PINGs it is told to,
-  and counts what arrives (``frames_received``, ``data_frames_received``, ``take_ping_acks``).
+  and counts what arrives (``frames_received``, ``data_frames_received``, ``take_ping_acks``);
+- a header block is served from the connection's cache only when decoding it is a pure function of its bytes
+  (``_decode``): the same fields and the same HPACK state as decoding it again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ from node.workers.grpc_wire import (
 #: Receive windows are topped up once this much was consumed from them (a quarter of 2 GiB: rare updates).
 WINDOW_REFILL = 1 << 29
 _RST_STATUS = {f.REFUSED_STREAM: UNAVAILABLE, f.CANCEL: CANCELLED}
+#: Decoded header blocks a connection keeps, by their bytes. Bounded because the keys are whatever the worker
+#: sends (a grpc-message that differs per call would grow it forever); cleared when full. A Generate call's
+#: headers and trailers are a handful of distinct blocks, so the clearing is rare.
+HEADER_CACHE_ENTRIES = 256
+#: Longer blocks are decoded every time: the cache's memory stays below entries x this (plus their fields).
+HEADER_CACHE_MAX_BLOCK = 1024
+
+#: A decoded header block: its fields, and its :status as a number (0 when absent or not a number).
+_Decoded = tuple[tuple[tuple[str, str], ...], int]
 
 
 class Stream:
@@ -74,7 +85,12 @@ class H2Connection:
         self._max_message_bytes = max_message_bytes
         self._out: list[bytes] = []
         self._frames = f.FrameReader()
+        # max_allowed_table_size stays at the default 4096 although we advertise 0: a peer that ignores the
+        # setting is still decoded (it only misses the cache).
         self._decoder = hpack.Decoder()
+        self._header_cache: dict[bytes, _Decoded] = {}
+        #: Header blocks served from the cache instead of decoded (monotonic).
+        self.header_cache_hits = 0
         self._streams: dict[int, Stream] = {}
         self._blocked: dict[int, Stream] = {}  # streams with request bytes waiting for window
         self._next_id = 1
@@ -103,6 +119,9 @@ class H2Connection:
             f.PREFACE
             + f.settings_frame(
                 {
+                    # No HPACK dynamic table: the peer's header blocks are then the same bytes call after
+                    # call, which ``_decode`` serves from its cache.
+                    f.SETTINGS_HEADER_TABLE_SIZE: 0,
                     f.SETTINGS_ENABLE_PUSH: 0,
                     f.SETTINGS_INITIAL_WINDOW_SIZE: f.MAX_WINDOW,
                     f.SETTINGS_MAX_FRAME_SIZE: f.LOCAL_MAX_FRAME_SIZE,
@@ -269,18 +288,12 @@ class H2Connection:
         if not fr.flags & f.FLAG_END_HEADERS:
             return
         block, self._header_block = bytes(self._header_block), None
-        try:
-            # Always decoded, even for a stream we reset: the dynamic table is the connection's.
-            headers = self._decoder.decode(block)
-        except hpack.HPACKError as exc:
-            raise f.FrameError(f"undecodable header block: {exc}", f.COMPRESSION_ERROR) from exc
+        fields, http_status = self._decode(block)  # even for a stream we reset: the HPACK state is the connection's
         stream = self._streams.get(self._header_stream)
         if stream is None:
             return
-        fields: list[tuple[str, str]] = [(str(k), str(v)) for k, v in headers]
         if stream.http_status is None:  # response headers (or a trailers-only response)
-            raw = dict(fields).get(":status", "")
-            stream.http_status = int(raw) if raw.isdigit() else 0
+            stream.http_status = http_status
             if self._header_end_stream:
                 self._end(stream, self._final_status(stream, fields))
                 changed[stream.id] = stream
@@ -290,7 +303,43 @@ class H2Connection:
         self._end(stream, self._final_status(stream, fields))
         changed[stream.id] = stream
 
-    def _final_status(self, stream: Stream, trailers: list[tuple[str, str]] | None) -> GrpcStatus:
+    def _decode(self, block: bytes) -> _Decoded:
+        """Decode a complete header block, from the cache when that is provably the same.
+
+        Cache invariant: every entry's block was decoded from an empty dynamic table of max size 0 and left it
+        empty with max size 0. From that state decoding reads nothing but the bytes (besides the static table
+        and the decoder's limits, which this connection never changes; ``resized`` is only the encoder's), so
+        while the table is in that state a hit is exactly what decoding would give, state transition (none)
+        included. Blocks that fail are not stored (the connection dies with them). A peer that ignores our
+        SETTINGS_HEADER_TABLE_SIZE 0, or raises the size again, is just decoded every time.
+        """
+        decoder = self._decoder
+        table = decoder.header_table
+        stateless = decoder.header_table_size == 0 and not table.dynamic_entries
+        if stateless:
+            hit = self._header_cache.get(block)
+            if hit is not None:
+                self.header_cache_hits += 1
+                return hit
+        try:
+            headers = decoder.decode(block)
+        except hpack.HPACKError as exc:
+            raise f.FrameError(f"undecodable header block: {exc}", f.COMPRESSION_ERROR) from exc
+        fields = tuple((str(k), str(v)) for k, v in headers)
+        raw = dict(fields).get(":status", "")
+        decoded = (fields, int(raw) if raw.isascii() and raw.isdigit() else 0)  # isdigit alone passes "²"
+        if (
+            stateless
+            and decoder.header_table_size == 0
+            and not table.dynamic_entries
+            and len(block) <= HEADER_CACHE_MAX_BLOCK
+        ):
+            if len(self._header_cache) >= HEADER_CACHE_ENTRIES:
+                self._header_cache.clear()
+            self._header_cache[block] = decoded
+        return decoded
+
+    def _final_status(self, stream: Stream, trailers: tuple[tuple[str, str], ...] | None) -> GrpcStatus:
         status = status_of(trailers or (), http_status=stream.http_status)
         if status is None:
             return GrpcStatus(INTERNAL, "the worker ended the stream without a grpc-status")

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import hpack
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from node.workers import h2_frames as f
-from node.workers.grpc_wire import CANCELLED, INTERNAL, UNAVAILABLE, MessageReader, encode_message, status_of
+from node.workers.grpc_wire import (
+    CANCELLED,
+    INTERNAL,
+    UNAVAILABLE,
+    UNKNOWN,
+    GrpcStatus,
+    MessageReader,
+    encode_message,
+    status_of,
+)
 from node.workers.h2_connection import H2Connection, Stream
 
 BLOCK = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(":method", "POST")])
@@ -202,3 +213,180 @@ def test_stream_objects_are_independent() -> None:
     s = Stream(1, b"", 10, 10)
     assert s.messages == []
     assert not s.ended
+
+
+# --- HPACK: SETTINGS_HEADER_TABLE_SIZE 0 and the header-block cache ---
+
+_RESPONSE_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
+_TRAILERS = [("grpc-status", "3"), ("grpc-message", "bad%20prompt")]
+
+
+class _CountingDecoder(hpack.Decoder):
+    """The library's decoder, counting the blocks it is really asked to decode."""
+
+    calls = 0
+
+    def decode(self, data: bytes, raw: bool = False) -> Iterable[hpack.HeaderTuple]:
+        self.calls += 1
+        return super().decode(data, raw)
+
+
+def _call(conn: H2Connection, headers: bytes, trailers: bytes, message: bytes) -> Stream:
+    """One call whose response is the given header blocks around ``message``; checks what the stream got."""
+    stream = conn.open_stream(BLOCK, encode_message(b"req"))
+    wire = f.frame(f.HEADERS, f.FLAG_END_HEADERS, stream.id, headers)
+    wire += f.frame(f.DATA, 0, stream.id, encode_message(message))
+    wire += f.frame(f.HEADERS, f.FLAG_END_HEADERS | f.FLAG_END_STREAM, stream.id, trailers)
+    assert conn.receive_data(wire) == [stream]
+    assert stream.messages == [message]
+    assert stream.http_status == 200
+    assert stream.status == GrpcStatus(3, "bad prompt")
+    return stream
+
+
+def test_initiate_advertises_no_hpack_dynamic_table() -> None:
+    conn = H2Connection(max_message_bytes=1 << 20)
+    conn.initiate()
+    data = conn.data_to_send()
+    assert data.startswith(f.PREFACE)
+    settings = _frames(data[len(f.PREFACE) :])[0]
+    assert settings.kind == f.SETTINGS
+    assert not settings.flags & f.FLAG_ACK
+    assert dict(f.parse_settings(settings.payload))[f.SETTINGS_HEADER_TABLE_SIZE] == 0
+
+
+def test_repeated_blocks_of_a_peer_without_dynamic_table_come_from_the_cache() -> None:
+    conn = _ready()
+    decoder = conn._decoder = _CountingDecoder()
+    encoder = hpack.Encoder()
+    encoder.header_table_size = 0  # what a peer does once it read our SETTINGS_HEADER_TABLE_SIZE 0
+    blocks = []
+    for i in range(10):
+        headers, trailers = encoder.encode(_RESPONSE_HEADERS), encoder.encode(_TRAILERS)
+        blocks += [headers, trailers]
+        _call(conn, headers, trailers, b"m%d" % i)
+    assert blocks[0][:1] == b"\x20"  # the size update, decoded from the initial 4096-byte table: not cached
+    assert len(set(blocks[2:])) == 2  # then the same two blocks, again and again
+    # Decoded: the first call's two blocks and the second call's headers (the first without the update).
+    assert decoder.calls == 3
+    assert conn.header_cache_hits == 17
+    assert decoder.header_table_size == 0
+    assert not decoder.header_table.dynamic_entries
+
+
+def test_a_peer_that_keeps_its_dynamic_table_is_decoded_every_time_and_never_cached() -> None:
+    conn = _ready()
+    decoder = conn._decoder = _CountingDecoder()
+    encoder = hpack.Encoder()  # ignores our setting: a 4096-byte table, fields indexed once seen
+    blocks = []
+    for i in range(10):
+        headers, trailers = encoder.encode(_RESPONSE_HEADERS), encoder.encode(_TRAILERS)
+        blocks += [headers, trailers]
+        _call(conn, headers, trailers, b"m%d" % i)
+    assert len(blocks[2]) < len(blocks[0])  # the second call's blocks are references into the dynamic table
+    assert decoder.calls == 20
+    assert conn.header_cache_hits == 0
+    assert not conn._header_cache
+
+
+def test_a_peer_that_raises_its_table_size_again_is_decoded_with_its_table() -> None:
+    """A cached block's bytes may come again while the peer has a table (an unindexed field is the same literal
+    at any table size): it then inserts entries and must be decoded. And a block that raised the size from the
+    cacheable state must not be cached: replaying it would skip the raise. Two cycles reach both cases; the
+    decoder's table must follow a reference decoder's throughout."""
+    conn = _ready()
+    decoder = conn._decoder = _CountingDecoder()
+    ref = hpack.Decoder()
+    encoder = hpack.Encoder()
+    cached: set[bytes] = set()
+    same_bytes_with_a_table = 0
+    for i, size in enumerate([0, 0, 0, 4096, 4096, 4096, 0, 0, 0, 4096, 4096, 4096, 0, 0, 0]):
+        encoder.header_table_size = size
+        headers, trailers = encoder.encode(_RESPONSE_HEADERS), encoder.encode(_TRAILERS)
+        hits, calls = conn.header_cache_hits, decoder.calls
+        for block in (headers, trailers):
+            if ref.header_table_size and block in cached:
+                same_bytes_with_a_table += 1
+            elif not ref.header_table_size:
+                cached.add(block)
+            ref.decode(block)
+        _call(conn, headers, trailers, b"m%d" % i)
+        assert decoder.header_table_size == ref.header_table_size == size
+        assert decoder.header_table.dynamic_entries == ref.header_table.dynamic_entries
+        if size:
+            assert conn.header_cache_hits == hits  # a table: nothing from the cache
+            assert decoder.calls == calls + 2
+    assert same_bytes_with_a_table >= 2  # the case the cache must refuse did happen (once per cycle)
+    assert conn.header_cache_hits >= 8
+
+
+def test_a_non_numeric_status_is_an_http_error_not_a_crash() -> None:
+    conn = _ready()
+    stream = conn.open_stream(BLOCK, encode_message(b"req"))
+    conn.receive_data(_headers(1, [(":status", "²")], end=True, encoder=hpack.Encoder()))  # isdigit() is True
+    assert stream.http_status == 0
+    assert stream.status is not None
+    assert stream.status.code == UNKNOWN
+
+
+_FIELD = st.sampled_from(
+    [
+        (":status", "200"),
+        (":status", "503"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "0"),
+        ("grpc-status", "3"),
+        ("grpc-message", "bad%20prompt"),
+        ("x-trace", "abc"),
+        ("x-long", "v" * 90),  # larger than a 64-byte table: inserting it empties the table
+    ]
+)
+
+
+@given(
+    # A few header lists the peer sends again and again (identical blocks are what the cache is about) ...
+    lists=st.lists(st.lists(_FIELD, min_size=1, max_size=4), min_size=1, max_size=3),
+    steps=st.lists(
+        st.tuples(
+            # ... each step: the table size changes before the block (none half the time), which list, and
+            # whether its fields are never-indexed.
+            st.one_of(st.just([]), st.lists(st.sampled_from([0, 0, 64, 256, 4096]), min_size=1, max_size=3)),
+            st.integers(min_value=0, max_value=2),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+# A cached block's bytes again once the peer has a table (they insert an entry then); a block that raised the size
+# from the cacheable state, sent again from that state (it must not have been cached).
+@example(
+    lists=[[("x-trace", "abc")], [("grpc-status", "0")]],
+    steps=[([0], 0, False), ([], 0, False), ([4096], 1, False), ([], 0, False)],
+)
+@example(lists=[[("x-trace", "abc")]], steps=[([0], 0, False), ([4096], 0, False), ([0], 0, False), ([4096], 0, False)])
+def test_decoding_through_the_cache_is_what_a_reference_decoder_gives(
+    lists: list[list[tuple[str, str]]], steps: list[tuple[list[int], int, bool]]
+) -> None:
+    conn = _ready()
+    ref = hpack.Decoder()
+    encoder = hpack.Encoder()
+    for sizes, which, never in steps:
+        for size in sizes:
+            if size != encoder.header_table_size:  # hpack's Encoder forgets a pending update on a same-size set
+                encoder.header_table_size = size
+        fields = lists[which % len(lists)]
+        block = encoder.encode([hpack.NeverIndexedHeaderTuple(k, v) if never else (k, v) for k, v in fields])
+        want = [(str(k), str(v)) for k, v in ref.decode(block)]
+        assert want == fields
+        stream = conn.open_stream(BLOCK, encode_message(b"req"))  # a trailers-only response per block
+        conn.receive_data(f.frame(f.HEADERS, f.FLAG_END_HEADERS | f.FLAG_END_STREAM, stream.id, block))
+        http_status = int(dict(want).get(":status", "0"))
+        assert stream.http_status == http_status
+        status = status_of(want, http_status=http_status) or GrpcStatus(
+            INTERNAL, "the worker ended the stream without a grpc-status"
+        )
+        assert stream.ended
+        assert stream.status == status
+        assert conn._decoder.header_table_size == ref.header_table_size
+        assert conn._decoder.header_table.dynamic_entries == ref.header_table.dynamic_entries
