@@ -63,6 +63,25 @@ class RawTokenizer(Protocol):
     def id_to_token(self, id: int) -> str | None: ...
 
 
+# A tokenizer's decoder types, by tokenizer: read once per tokenizer, not per generated sequence (serializing
+# and parsing the decoder's config cost more than the rest of a detokenizer's setup). The entry holds the
+# tokenizer so its id is not reused while cached; a process loads a few tokenizers, the bound is for safety.
+_TYPES_CACHE_ENTRIES = 64
+_types_cache: dict[int, tuple[RawTokenizer, tuple[str, ...]]] = {}
+
+
+def _types_of(tokenizer: RawTokenizer) -> tuple[str, ...]:
+    hit = _types_cache.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer:
+        return hit[1]
+    decoder = tokenizer.decoder
+    types = tuple(_decoder_types(json.loads(decoder.__getstate__()))) if decoder is not None else ()
+    if len(_types_cache) >= _TYPES_CACHE_ENTRIES:
+        _types_cache.clear()
+    _types_cache[id(tokenizer)] = (tokenizer, types)
+    return types
+
+
 def _decoder_types(state: object) -> Iterator[str]:
     if isinstance(state, dict):
         kind = state.get("type")
@@ -96,9 +115,8 @@ class IncrementalDetokenizer:
         self._tokenizer = tokenizer
         self._decode = tokenizer.decode
         self._skip = skip_special_tokens
-        decoder = tokenizer.decoder
-        types = list(_decoder_types(json.loads(decoder.__getstate__()))) if decoder is not None else []
-        self._context_free = types == ["ByteLevel"]
+        types = _types_of(tokenizer)
+        self._context_free = types == ("ByteLevel",)
         self._byte_fallback = "ByteFallback" in types
         # window[:read] was already emitted (context); window[read:] is unread. decode(window)[:prefix_len]
         # is the text already emitted from the window.
