@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                 "--health-timeout-s", "60", "--health-failures-to-unhealthy", "50",
             ]  # fmt: skip
             base_url = f"http://127.0.0.1:{port}"
-            with launch.running("smg-node", command, out / f"node-{k}.log") as node:
+            # Started in the tree: `python -m` puts the working directory first on sys.path, before PYTHONPATH,
+            # so a node started from another checkout would run that checkout's code.
+            with launch.running("smg-node", command, out / f"node-{k}.log", cwd=tree_dir) as node:
                 model = launch.wait_gateway_ready(node, base_url, pool, 900.0)
 
                 def load(first: int, count: int, url: str = base_url, served: str = model) -> ChatLoad:

@@ -91,8 +91,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def start(name: str, cmd: Sequence[str], log_path: Path) -> Service:
-    """Start ``cmd`` in a new session, stdout and stderr to ``log_path``."""
+def start(name: str, cmd: Sequence[str], log_path: Path, cwd: Path | None = None) -> Service:
+    """Start ``cmd`` in a new session, stdout and stderr to ``log_path``, in ``cwd`` (default: ours)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -103,6 +103,7 @@ def start(name: str, cmd: Sequence[str], log_path: Path) -> Service:
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - the driver starts processes from one thread
             env=child_env(),
+            cwd=cwd,
         )
     return Service(name=name, process=process, log_path=log_path)
 
@@ -127,8 +128,8 @@ def stop(service: Service, grace_s: float = STOP_GRACE_S) -> None:
 
 
 @contextmanager
-def running(name: str, cmd: Sequence[str], log_path: Path) -> Iterator[Service]:
-    service = start(name, cmd, log_path)
+def running(name: str, cmd: Sequence[str], log_path: Path, cwd: Path | None = None) -> Iterator[Service]:
+    service = start(name, cmd, log_path, cwd)
     try:
         yield service
     finally:
