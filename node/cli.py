@@ -161,6 +161,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 os.unlink(keyfile)
     from node.app import RunningNode, run_node
     from node.cluster.keys import KeyFileReload
+    from node.gc_tuning import tune_for_serving
 
     async def main(stop: asyncio.Event) -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)
@@ -180,6 +181,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hangup)
         async with run_node(config) as node:
             serving.append(node)
+            tune_for_serving()  # start-up is over: what it left lives as long as the process
             print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
             with hangup.serving(node.mesh):
                 await stop.wait()
