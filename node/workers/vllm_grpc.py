@@ -142,6 +142,52 @@ def _output(resp: Any) -> WorkerOutput:
     raise WorkerFailed(f"the worker sent an empty Generate response ({kind!r})")
 
 
+# The first byte of a serialized GenerateResponse whose oneof is ``chunk`` (field 1, length-delimited): its only
+# field, so it leads. A peek that decides only whether a message may take the merged path below.
+_CHUNK_TAG = b"\n"
+
+
+def _outputs(batch: list[bytes], parse: Any, merge: bool) -> list[WorkerOutput]:
+    """The messages of one read as WorkerOutputs. With ``merge`` (one choice, no logprobs asked) a run of three
+    or more chunks leaves as two: the run's ids but the last message's in one, then the last message as sent
+    (vLLM's final message repeats the last chunk's ids: the Output stage and the worker contract compare it
+    with the last chunk as sent). Every message is still parsed on its own (a malformed one fails as alone);
+    what is saved is a WorkerOutput, a contract check and an Output step per message."""
+    if not merge or len(batch) < 3:
+        return [_output(parse(data)) for data in batch]
+    outs: list[WorkerOutput] = []
+    run: list[bytes] = []
+    for data in batch:
+        if data[:1] == _CHUNK_TAG:
+            run.append(data)
+            continue
+        if run:
+            _merge_run(run, parse, outs)
+            run = []
+        outs.append(_output(parse(data)))
+    if run:
+        _merge_run(run, parse, outs)
+    return outs
+
+
+def _merge_run(run: list[bytes], parse: Any, outs: list[WorkerOutput]) -> None:
+    if len(run) < 3:
+        outs.extend(_output(parse(data)) for data in run)
+        return
+    ids: list[int] = []
+    cached = 0
+    c: Any = None
+    for data in run[:-1]:
+        c = parse(data).chunk
+        if c.index:  # choice 0 is the only one: a message for another goes through the contract alone
+            outs.extend(_output(parse(d)) for d in run)
+            return
+        ids += c.token_ids
+        cached = max(cached, c.cached_tokens)  # as the Output stage keeps the largest report
+    outs.append(WorkerOutput(0, ids, c.prompt_tokens, c.completion_tokens, cached))
+    outs.append(_output(parse(run[-1])))
+
+
 def _failed(url: str, what: str, status: str, details: str) -> WorkerFailed:
     kind: type[WorkerFailed] = WorkerFailed
     if status in REQUEST_FAULT_STATUSES:
@@ -352,9 +398,10 @@ class VllmGrpcClient:
         if ep.h2 is not None:
             calls = ep.h2.call(_GENERATE_PATH, msg.SerializeToString(), metadata=request.trace_headers)
             parse = pb.GenerateResponse.FromString
+            merge = request.params.n == 1 and request.params.logprobs is None
             try:
                 async for batch in calls:
-                    yield [_output(parse(data)) for data in batch]
+                    yield _outputs(batch, parse, merge)
             except CallFailed as exc:
                 raise _call_error(self._url, "Generate", exc) from exc
             except DecodeError as exc:  # what grpc.aio reports as INTERNAL for an unparsable message
