@@ -8,6 +8,11 @@ One zero-latency sim worker; each tree's node in turn runs under `valgrind --too
 instrumentation off, answers a warm-up of ``--warmup`` requests, then counts instructions over ``--requests``
 requests only (`callgrind_control -i on/off`). Reported: instructions per request (node process, every
 thread). Needs valgrind (Debian's package); ~1 min per tree at the defaults (the node runs ~50x slower).
+
+Caveat: the count is repeatable, but it is the node's work in one regime. Slowed down 50x, the node finds most
+of a request's worker messages waiting when it reads, so work done per read rather than per message (one
+Output step, one SSE write for all the tokens that arrived together) weighs less here than at full speed;
+compare trees with it, and confirm a change's size with wall-clock CPU (`bench.gateway_bench`).
 """
 
 from __future__ import annotations
