@@ -56,18 +56,20 @@ def chat(url: str, max_tokens: int = 8) -> None:
 
 
 def stream(url: str, max_tokens: int) -> int:
-    """A streamed chat completion to its end; returns the content chunks. Raises on any failure or a cut."""
+    """A streamed chat completion to its end; returns the tokens it carried (its usage chunk's count: deltas
+    carry as many tokens as reached the node together). Raises on any failure or a cut."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Tell me a long story"}],
         "max_tokens": max_tokens,
         "stream": True,
+        "stream_options": {"include_usage": True},
         "ignore_eos": True,
     }
     req = urllib.request.Request(
         url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    chunks, done = 0, False
+    chunks, tokens, done = 0, 0, False
     with urllib.request.urlopen(req, timeout=120) as resp:
         for raw in resp:
             line = raw.decode().strip()
@@ -78,9 +80,11 @@ def stream(url: str, max_tokens: int) -> int:
                 if "error" in event:
                     raise RuntimeError(f"stream error: {event['error']}")
                 chunks += 1
+                if event.get("usage"):
+                    tokens = event["usage"]["completion_tokens"]
     if not done:
         raise RuntimeError(f"stream cut after {chunks} chunks")
-    return chunks
+    return tokens
 
 
 def store_response(url: str) -> str:
