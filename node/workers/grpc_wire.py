@@ -97,6 +97,10 @@ class MessageReader:
         """Append every message completed by ``data`` to ``out``. Raises MessageError (compressed, too big)."""
         buf = self._buf
         if not buf and len(data) >= PREFIX_SIZE:  # the common case: whole messages in one DATA frame
+            flag, size = _PREFIX.unpack_from(data, 0)
+            if not flag and size == len(data) - PREFIX_SIZE and size <= self._max_bytes:
+                out.append(data[PREFIX_SIZE:])  # exactly one (a streamed token's message): no loop, no calls
+                return
             pos, end = 0, len(data)
             while end - pos >= PREFIX_SIZE:
                 flag, size = _PREFIX.unpack_from(data, pos)

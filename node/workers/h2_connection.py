@@ -33,6 +33,10 @@ from node.workers.grpc_wire import (
     status_of,
 )
 
+_DATA = f.DATA
+_FLAG_PADDED = f.FLAG_PADDED
+_FLAG_END_STREAM = f.FLAG_END_STREAM
+
 #: Receive windows are topped up once this much was consumed from them (a quarter of 2 GiB: rare updates).
 WINDOW_REFILL = 1 << 29
 _RST_STATUS = {f.REFUSED_STREAM: UNAVAILABLE, f.CANCEL: CANCELLED}
@@ -198,7 +202,10 @@ class H2Connection:
             # Counted per read, not per frame (the keepalive only asks whether anything arrived).
             self.frames_received += len(frames)
             for fr in frames:
-                self._receive_frame(fr, changed)
+                if fr.kind == _DATA and self._header_block is None:  # a token's message: the one hot kind
+                    self._on_data(fr, changed)
+                else:
+                    self._receive_frame(fr, changed)
         except f.FrameError as exc:
             self._out.append(f.goaway_frame(self._next_id - 2 if self._next_id > 1 else 0, exc.code))
             self.closed = GrpcStatus(INTERNAL, f"HTTP/2 protocol error from the worker: {exc}")
@@ -213,7 +220,7 @@ class H2Connection:
         kind = fr.kind
         if self._header_block is not None and (kind != f.CONTINUATION or fr.stream_id != self._header_stream):
             raise f.FrameError("a header block was interrupted by another frame")
-        if kind == f.DATA:
+        if kind == _DATA:
             self._on_data(fr, changed)
         elif kind in (f.HEADERS, f.CONTINUATION):
             self._on_headers(fr, changed)
@@ -259,14 +266,16 @@ class H2Connection:
         if stream._recv_unacked >= WINDOW_REFILL:
             self._out.append(f.window_update_frame(stream.id, stream._recv_unacked))
             stream._recv_unacked = 0
+        flags = fr.flags
+        payload = fr.payload if not flags & _FLAG_PADDED else f.strip_padding(flags, fr.payload)
         try:
-            stream._reader.feed(f.strip_padding(fr.flags, fr.payload), stream.messages)
+            stream._reader.feed(payload, stream.messages)
         except MessageError as exc:
             self._out.append(f.rst_stream_frame(stream.id, f.CANCEL))
             self._end(stream, GrpcStatus(INTERNAL, str(exc)))
             changed[stream.id] = stream
             return
-        if fr.flags & f.FLAG_END_STREAM:
+        if flags & _FLAG_END_STREAM:
             self._end(stream, self._final_status(stream, None))
         changed[stream.id] = stream
 

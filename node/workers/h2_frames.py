@@ -83,6 +83,11 @@ class Frame(NamedTuple):
     payload: bytes
 
 
+# Frame(...) runs the NamedTuple's Python-level __new__; tuple.__new__ builds the same instance in C. One per
+# received frame (one per token on a Generate stream).
+_new_frame = tuple.__new__
+
+
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     return (len(payload) << 8 | kind).to_bytes(4, "big") + bytes((flags,)) + _U32.pack(stream_id) + payload
 
@@ -162,6 +167,6 @@ class FrameReader:
             flags = head[1] >> 24
             stream_id = ((head[1] & 0xFFFFFF) << 8 | buf[pos + 8]) & 0x7FFFFFFF
             pos = start + length
-            frames.append(Frame(kind, flags, stream_id, bytes(buf[start:pos])))
+            frames.append(_new_frame(Frame, (kind, flags, stream_id, bytes(buf[start:pos]))))
         del buf[:pos]
         return frames

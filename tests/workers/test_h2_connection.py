@@ -53,20 +53,24 @@ def _response(stream_id: int, messages: list[bytes], encoder: hpack.Encoder, sta
 @given(
     messages=st.lists(st.binary(max_size=300), min_size=1, max_size=8),
     cuts=st.lists(st.integers(min_value=1, max_value=64), max_size=40),
-    padded=st.booleans(),
+    layout=st.sampled_from(["padded", "split", "whole", "packed"]),
 )
 def test_messages_and_status_are_the_same_whatever_the_chunk_boundaries(
-    messages: list[bytes], cuts: list[int], padded: bool
+    messages: list[bytes], cuts: list[int], layout: str
 ) -> None:
     conn = _ready()
     stream = conn.open_stream(BLOCK, encode_message(b"req"))
     encoder = hpack.Encoder()
     wire = _headers(1, [(":status", "200")], end=False, encoder=encoder)
-    for m in messages:  # one DATA frame per message, some padded; gRPC messages may also span frames
+    if layout == "packed":  # several messages in one DATA frame
+        wire += f.frame(f.DATA, 0, 1, b"".join(encode_message(m) for m in messages))
+    for m in messages if layout != "packed" else ():
         payload = encode_message(m)
-        if padded:
+        if layout == "padded":  # one message per frame, padded
             wire += f.frame(f.DATA, f.FLAG_PADDED, 1, bytes((3,)) + payload + b"\0\0\0")
-        else:
+        elif layout == "whole":  # one message per frame: a streamed token's case
+            wire += f.frame(f.DATA, 0, 1, payload)
+        else:  # a message across two frames
             half = len(payload) // 2
             wire += f.frame(f.DATA, 0, 1, payload[:half]) + f.frame(f.DATA, 0, 1, payload[half:])
     wire += _headers(1, [("grpc-status", "0")], end=True, encoder=encoder)
