@@ -39,6 +39,9 @@ _FLAG_END_STREAM = f.FLAG_END_STREAM
 
 #: Receive windows are topped up once this much was consumed from them (a quarter of 2 GiB: rare updates).
 WINDOW_REFILL = 1 << 29
+#: A response's header block, as received (HEADERS plus its CONTINUATIONs), is held until it ends: bounded like
+#: the decoded list (hpack's default max_header_list_size, 64 KiB), so a worker cannot make us buffer without end.
+MAX_HEADER_BLOCK_BYTES = 64 * 1024
 _RST_STATUS = {f.REFUSED_STREAM: UNAVAILABLE, f.CANCEL: CANCELLED}
 #: Decoded header blocks a connection keeps, by their bytes. Bounded because the keys are whatever the worker
 #: sends (a grpc-message that differs per call would grow it forever); cleared when full. A Generate call's
@@ -294,6 +297,11 @@ class H2Connection:
             if self._header_block is None:
                 raise f.FrameError("CONTINUATION without HEADERS")
             self._header_block += fr.payload
+        if len(self._header_block) > MAX_HEADER_BLOCK_BYTES:
+            raise f.FrameError(
+                f"a header block of more than {MAX_HEADER_BLOCK_BYTES} bytes (HEADERS and CONTINUATION frames)",
+                f.ENHANCE_YOUR_CALM,
+            )
         if not fr.flags & f.FLAG_END_HEADERS:
             return
         block, self._header_block = bytes(self._header_block), None

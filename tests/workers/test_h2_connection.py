@@ -19,7 +19,7 @@ from node.workers.grpc_wire import (
     encode_message,
     status_of,
 )
-from node.workers.h2_connection import H2Connection, Stream
+from node.workers.h2_connection import MAX_HEADER_BLOCK_BYTES, H2Connection, Stream
 
 BLOCK = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(":method", "POST")])
 
@@ -394,3 +394,34 @@ def test_decoding_through_the_cache_is_what_a_reference_decoder_gives(
         assert stream.status == status
         assert conn._decoder.header_table_size == ref.header_table_size
         assert conn._decoder.header_table.dynamic_entries == ref.header_table.dynamic_entries
+
+
+def test_a_header_block_without_end_is_bounded() -> None:
+    """A worker that sends CONTINUATION frames without end: the connection fails (GOAWAY ENHANCE_YOUR_CALM, its
+    streams UNAVAILABLE/INTERNAL) once the block passes the bound, instead of buffering without end."""
+    conn = _ready()
+    stream = conn.open_stream(BLOCK, encode_message(b"req"))
+    conn.data_to_send()
+    piece = b"\x00" * 16_384  # any bytes: the block is never decoded
+    conn.receive_data(f.frame(f.HEADERS, 0, 1, piece))
+    sent = 16_384
+    while conn.closed is None and sent <= MAX_HEADER_BLOCK_BYTES:
+        conn.receive_data(f.frame(f.CONTINUATION, 0, 1, piece))
+        sent += len(piece)
+    assert conn.closed is not None and sent <= MAX_HEADER_BLOCK_BYTES + len(piece)
+    assert stream.ended and stream.status is not None and stream.status.code != 0
+    goaway = [fr for fr in _frames(conn.data_to_send()) if fr.kind == f.GOAWAY]
+    assert len(goaway) == 1 and int.from_bytes(goaway[0].payload[4:8], "big") == f.ENHANCE_YOUR_CALM
+
+
+def test_a_header_block_in_continuations_under_the_bound_decodes() -> None:
+    conn = _ready()
+    stream = conn.open_stream(BLOCK, encode_message(b"req"))
+    block = hpack.Encoder().encode([(":status", "200"), ("x-big", "v" * 20_000)])
+    third = len(block) // 3
+    conn.receive_data(
+        f.frame(f.HEADERS, 0, 1, block[:third])
+        + f.frame(f.CONTINUATION, 0, 1, block[third : 2 * third])
+        + f.frame(f.CONTINUATION, f.FLAG_END_HEADERS, 1, block[2 * third :])
+    )
+    assert conn.closed is None and stream.http_status == 200
