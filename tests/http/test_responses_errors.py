@@ -302,6 +302,10 @@ async def test_storage_outage_is_503_while_store_false_works_and_recovers(
         await _stores_once_back(c, store, "again")
 
 
+# Requests tried against the churned conversation before one must have met the contention.
+CONTENTION_ATTEMPTS = 3
+
+
 async def test_contention_is_503_without_tripping_the_outage_gate(llama3_model_dir: Path) -> None:
     """Writes to one conversation that keep losing to concurrent writers (Postgres at REPEATABLE READ, a
     helper committing updates of the conversation row all along) answer 503 storage_contended once the
@@ -316,14 +320,27 @@ async def test_contention_is_503_without_tripping_the_outage_gate(llama3_model_d
             conv = await c.client.conversations.create(items=[{"role": "user", "content": "Hello"}])
             turn = {"model": c.model, "input": "Again", "conversation": conv.id, "max_output_tokens": 4}
             async with churned_conversation(PG_URL, prefix, DEFAULT_TENANT, conv.id):
-                with pytest.raises(openai.APIStatusError) as err:
-                    await c.client.responses.create(**turn)  # type: ignore[call-overload]
-                assert err.value.status_code == 503, err.value
-                body: Any = err.value.body
+                # On a loaded machine a write may still slip in between the helper's commit and its next update
+                # (the retry that follows a conflict starts right then): that request is simply stored, and
+                # the next one meets the contention. What is asserted is what a contended write answers.
+                for _ in range(CONTENTION_ATTEMPTS):
+                    try:
+                        await c.client.responses.create(**turn)  # type: ignore[call-overload]
+                    except openai.APIStatusError as exc:
+                        err = exc
+                        break
+                else:
+                    raise AssertionError(f"no write met the contention in {CONTENTION_ATTEMPTS} tries")
+                assert err.status_code == 503, err
+                body: Any = err.body
                 assert body["code"] == "storage_contended" and body["param"] == "conversation"
                 assert body["message"] == CONTENDED_MESSAGE
-                stream = await c.client.responses.create(**turn, stream=True)  # type: ignore[call-overload]
-                last = [e async for e in stream][-1]
+                for _ in range(CONTENTION_ATTEMPTS):
+                    stream = await c.client.responses.create(**turn, stream=True)  # type: ignore[call-overload]
+                    last = [e async for e in stream][-1]
+                    if last.type == "response.failed":
+                        break
+                    assert last.type in ("response.completed", "response.incomplete"), last.type  # stored
                 assert last.type == "response.failed" and last.response.error.message == CONTENDED_MESSAGE
                 # Not an outage: the gate stays shut and requests that need the store go through.
                 with pytest.raises(openai.NotFoundError):
