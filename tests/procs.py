@@ -18,10 +18,21 @@ SMG_NODE = [sys.executable, "-m", "node.cli"]
 REPO = Path(__file__).resolve().parent.parent
 
 
+# Ports free_port handed out in this process (at most the 65,536 there are).
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port free now and never handed out before by this process: bind(0) may return the same port twice in a
+    row, and two services of one test given the same port collide (CI saw a node's HTTP port handed out again as
+    its peer's mesh port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
