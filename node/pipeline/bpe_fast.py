@@ -27,12 +27,15 @@ with special tokens matched first. A tokenizer.json qualifies when its pipeline 
 Structure is necessary, not sufficient (regex engines differ in corner cases), so `build` also compares
 ids with Hugging Face on the probe corpus and declines on any difference.
 
-One tiktoken encoding per thread for long texts: tiktoken's split regex (fancy-regex over regex-automata)
-keeps its match scratch space in pools whose fast path serves only the first thread that ever used them,
-the one that verified the encoder at load; every other thread takes a mutex per regex match (one match per
-pre-token, ~1 per 4 characters), which made long prompts encode ~20 % slower on the CPU pool's threads
-than in a benchmark on the loading thread. A thread that encodes a long text gets its own copy of the
-encoding (~0.1 s and ~21 MB for Llama-3, once per thread), whose pools it owns.
+One tiktoken encoding per thread: tiktoken's split regex (fancy-regex over regex-automata) keeps its match
+scratch space in pools whose fast path serves only the first thread that ever used them, the one that
+verified the encoder at load; every other thread takes a mutex and a stack push per regex match (one match
+per pre-token, ~1 per 4 characters). That made long prompts encode ~20 % slower on the CPU pool's threads,
+and put ~1.5 % of a short request's CPU into the pool's slow path on the event loop's thread, which encodes
+short prompts inline but never loads a model. So the loading thread keeps the verified encoding and every
+other thread that encodes gets its own copy (~0.1 s and ~21 MB for Llama-3, once per thread), whose pools it
+owns: the CPU pool's threads (at most `CpuPool`'s size) and the event loop's, warmed before the node serves
+(`FastBpeEncoder.warm_this_thread`).
 """
 
 from __future__ import annotations
@@ -57,10 +60,6 @@ from node.pipeline.special_tokens import (
 from node.pipeline.split_regex import GPT2_PATTERN, UnsupportedPattern, compose
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
-# From this many characters a thread encodes with its own copy of the encoding. Below it, the shared
-# encoding's slow pool path costs < ~50 us per text, and short texts are what the event loop's thread
-# encodes inline: it never needs a copy (the CPU pool's threads, at most `CpuPool`'s size, get one each).
-OWN_ENCODING_MIN_CHARS: Final = 4096
 
 
 def _gpt2_unicode_to_byte() -> dict[str, int]:
@@ -116,10 +115,13 @@ class FastBpeEncoder:
             self._local.encoding = own
         return own
 
+    def warm_this_thread(self) -> None:
+        """Make this thread's own encoding now (~0.1 s) rather than in its first request."""
+        self._thread_encoding()
+
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; added-token text becomes the added tokens' ids."""
-        encoding = self._thread_encoding() if len(text) >= OWN_ENCODING_MIN_CHARS else self._encoding
-        return self._encode_with(text, encoding)
+        return self._encode_with(text, self._thread_encoding())
 
     def _encode_with(self, text: str, encoding: tiktoken.Encoding) -> list[int]:
         if not text.isascii():  # ASCII is NFC and holds no surrogate
@@ -216,11 +218,11 @@ def build(
     nfc_unsafe = nfc.unsafe_characters() if normalizer is not None and nfc.is_nfc_only(normalizer) else None
     encoder = FastBpeEncoder(encoding, matcher, reference, single_pass=single_pass, nfc_unsafe=nfc_unsafe)
     extra = _nfc_probes(matcher.tokens) if nfc_unsafe is not None else ()
-    # With the shared encoding, whatever the length: a long probe would otherwise give the loading thread its
-    # own copy (~0.1 s and ~21 MB for Llama-3) that no request ever uses (requests encode on other threads).
     for text in [*probes, *extra]:
         if encoder._encode_with(text, encoding) != reference(text):
             return f"ids differ from Hugging Face on probe text {text[:40]!r}"
+    # The verified encoding is the loading thread's own: its pools are this thread's (module docstring).
+    encoder._local.encoding = encoding
     return encoder
 
 

@@ -67,25 +67,36 @@ def test_long_prompt(llama3_tokenizer: Tokenizer, deepseek_tokenizer: Tokenizer)
         assert tok.encode_uncached(text, add_special_tokens=True) == _reference(tok, text, True)
 
 
-def test_long_texts_on_other_threads_encode_like_hf(llama3_tokenizer: Tokenizer) -> None:
-    # Long texts on a thread other than the loading one go through that thread's own tiktoken copy.
-    texts = [f"{i} " + "".join(probe_texts(LLAMA3_SPECIALS)) * 2 for i in range(6)]
-    assert all(len(t) >= bpe_fast.OWN_ENCODING_MIN_CHARS for t in texts)
+def test_texts_on_other_threads_encode_like_hf(llama3_tokenizer: Tokenizer) -> None:
+    # Texts on a thread other than the loading one go through that thread's own tiktoken copy.
+    texts = [f"{i} " + "".join(probe_texts(LLAMA3_SPECIALS)) * (i % 3) for i in range(6)]
     with ThreadPoolExecutor(3) as pool:
         ours = list(pool.map(lambda t: llama3_tokenizer.encode_uncached(t, add_special_tokens=True), texts))
     assert ours == [_reference(llama3_tokenizer, t, True) for t in texts]
 
 
-def test_loading_makes_no_thread_copy_of_the_encoding(llama3_model_dir: Any) -> None:
-    """Verifying the encoder at load uses the shared encoding even for long probes: a copy for the loading
-    thread (~0.1 s, ~21 MB for Llama-3) would never serve a request."""
+def test_the_loading_thread_keeps_the_verified_encoding_and_others_get_their_own(llama3_model_dir: Any) -> None:
+    """The loading thread owns the verified encoding's regex pools, so it encodes with it (a copy would cost
+    ~0.1 s and ~21 MB); any other thread, the event loop's included, encodes with a copy of its own, made by
+    `warm_this_thread` or its first encode."""
     tok = Tokenizer.from_file(llama3_model_dir)
     fast = tok._fast
     assert fast is not None
-    assert getattr(fast._local, "encoding", None) is None
-    long_text = "x " * bpe_fast.OWN_ENCODING_MIN_CHARS
-    assert tok.encode_uncached(long_text, add_special_tokens=False) == _reference(tok, long_text, False)
-    assert getattr(fast._local, "encoding", None) is not None  # a long request text does get one
+    assert fast._local.encoding is fast._encoding
+    text = "Hello, world! " * 10
+
+    def on_a_new_thread(warm: bool) -> tuple[bool, list[int]]:
+        assert getattr(fast._local, "encoding", None) is None
+        if warm:
+            tok.warm_this_thread()
+        ids = tok.encode_uncached(text, add_special_tokens=False)
+        own = fast._local.encoding
+        return own is not None and own is not fast._encoding, ids
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(on_a_new_thread, True).result() == (True, _reference(tok, text, False))
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(on_a_new_thread, False).result() == (True, _reference(tok, text, False))
 
 
 def test_lone_surrogates_are_rejected_like_hf(llama3_tokenizer: Tokenizer) -> None:
