@@ -14,6 +14,11 @@ cost on N nodes); the workers' and the load generator's CPU beside it (on a 2-co
 can be the bottleneck of req/s: read req/s with it). The nodes of one N serve all its repetitions; each
 repetition starts with ``--warmup-s`` unmeasured. Medians over ``--reps``.
 
+``--variants meshed,alone`` (the default) runs each N twice: meshed, and as N independent nodes (no mesh
+flags) under the same split of users. Spreading 16 users over N nodes leaves each node fewer requests in
+flight, so less of its per-read and per-write work is shared between requests, mesh or not; the ratio
+meshed/alone at the same N is what the mesh itself costs (gossip, CRDT state, hints).
+
 Unlike `bench.affinity_bench --variants mesh` (an open-loop multi-turn workload at a fixed 20 req/s, where the
 mesh also shares routing hints), this is a saturating closed loop: CPU per request at the throughput the
 machine gives.
@@ -46,6 +51,7 @@ POOL_SIZE = 64
 @dataclass(frozen=True, slots=True)
 class Rep:
     nodes: int
+    variant: str  # "meshed" or "alone"
     requests: int
     errors: int
     wall_s: float
@@ -74,17 +80,22 @@ def _start_nodes(
     out: Path,
     pool: prompts.PromptPool,
     settle_s: float,
+    meshed: bool,
 ) -> tuple[list[launch.Service], list[str], str]:
-    """``count`` meshed nodes, each ready (one request served); their services, base URLs and the model id."""
+    """``count`` nodes, meshed or not, each ready (one request served); their services, base URLs and the
+    model id."""
     mesh_ports = [launch.free_port() for _ in range(count)]
     nodes: list[launch.Service] = []
     urls: list[str] = []
+    tag = f"{count}-{'meshed' if meshed else 'alone'}"
     for i, mesh_port in enumerate(mesh_ports):
-        flags = ["--processes", "1", "--mesh-bind", f"127.0.0.1:{mesh_port}", "--mesh-profile", "local"]
-        flags += ["--node-name", f"load-{count}-{i}"] + (["--join", f"127.0.0.1:{mesh_ports[0]}"] if i else [])
+        flags = ["--processes", "1", "--node-name", f"load-{tag}-{i}"]
+        if meshed:
+            flags += ["--mesh-bind", f"127.0.0.1:{mesh_port}", "--mesh-profile", "local"]
+            flags += ["--join", f"127.0.0.1:{mesh_ports[0]}"] if i else []
         port = launch.free_port()
         cmd = launch.node_command(port, workers, model_dir, flags)
-        node = stack.enter_context(launch.running(f"node-{count}-{i}", cmd, out / f"node-{count}-{i}.log"))
+        node = stack.enter_context(launch.running(f"node-{tag}-{i}", cmd, out / f"node-{tag}-{i}.log"))
         launch.wait_port(node, port, 120.0)
         nodes.append(node)
         urls.append(f"http://127.0.0.1:{port}")
@@ -133,6 +144,7 @@ def _measure(
 
 def run_nodes(
     count: int,
+    meshed: bool,
     workers: list[launch.Service],
     worker_urls: list[str],
     model_dir: Path,
@@ -141,9 +153,10 @@ def run_nodes(
 ) -> list[Rep]:
     out: Path = args.out_dir
     reps: list[Rep] = []
+    variant = "meshed" if meshed else "alone"
     with ExitStack() as stack:
-        _log(f"{count} node(s): starting")
-        nodes, urls, model = _start_nodes(stack, count, worker_urls, model_dir, out, pool, args.settle_s)
+        _log(f"{count} node(s), {variant}: starting")
+        nodes, urls, model = _start_nodes(stack, count, worker_urls, model_dir, out, pool, args.settle_s, meshed)
         first = 1_000
         for rep in range(args.reps):
             if args.warmup_s > 0:
@@ -153,6 +166,7 @@ def run_nodes(
             first = max(r.next_number for r in results) + 1
             done = Rep(
                 nodes=count,
+                variant=variant,
                 requests=sum(len(r.samples) for r in results),
                 errors=sum(r.error_count for r in results),
                 wall_s=max(r.wall_s for r in results),
@@ -165,8 +179,8 @@ def run_nodes(
                 raise launch.LaunchError(f"nodes died during the run: {', '.join(dead)}")
             errors = next((e for r in results for e in r.errors), "")
             _log(
-                f"{count} node(s) rep {rep + 1}: {done.req_s:.1f} req/s, gateway {done.gateway_ms_per_req:.2f} ms/req,"
-                f" {done.errors} errors {errors}"
+                f"{count} node(s), {variant}, rep {rep + 1}: {done.req_s:.1f} req/s,"
+                f" gateway {done.gateway_ms_per_req:.2f} ms/req, {done.errors} errors {errors}"
             )
             reps.append(done)
     return reps
@@ -178,28 +192,44 @@ def render(reps: Sequence[Rep], args: argparse.Namespace) -> str:
         f" {args.prompt_tokens}-token prompts, {args.output_tokens} output tokens; {args.duration_s:g} s per"
         f" repetition, medians of {args.reps}",
         "",
-        "| nodes | req/s | gateway CPU ms/req | vs 1 node | gateway CPU % of a core | worker CPU ms/req |"
-        " loadgen CPU % | errors |",
-        "|---|---|---|---|---|---|---|---|",
+        "| nodes | variant | req/s | gateway CPU ms/req | vs 1 node | meshed / alone | gateway CPU % of a core |"
+        " worker CPU ms/req | loadgen CPU % | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    base: float | None = None
+    medians: dict[tuple[int, str], float] = {}
     for count in sorted({r.nodes for r in reps}):
-        mine = [r for r in reps if r.nodes == count]
-        ms = statistics.median(r.gateway_ms_per_req for r in mine)
-        base = ms if count == 1 else base
-        vs = f"{ms / base:.2f}×" if base else "—"
-        req_s = statistics.median(r.req_s for r in mine)
-        gw_pct = statistics.median(100 * r.gateway_cpu_s / r.wall_s for r in mine)
-        wk = statistics.median(1000 * r.worker_cpu_s / r.requests for r in mine if r.requests)
-        lg = statistics.median(100 * r.loadgen_cpu_s / r.wall_s for r in mine)
-        errors = sum(r.errors for r in mine)
-        lines.append(f"| {count} | {req_s:.1f} | {ms:.2f} | {vs} | {gw_pct:.0f} | {wk:.2f} | {lg:.0f} | {errors} |")
+        for variant in ("meshed", "alone"):
+            mine = [r for r in reps if r.nodes == count and r.variant == variant]
+            if mine:
+                medians[count, variant] = statistics.median(r.gateway_ms_per_req for r in mine)
+    for count in sorted({r.nodes for r in reps}):
+        for variant in ("meshed", "alone"):
+            mine = [r for r in reps if r.nodes == count and r.variant == variant]
+            if not mine:
+                continue
+            ms = medians[count, variant]
+            base = medians.get((1, variant))
+            vs = f"{ms / base:.2f}×" if base else "—"
+            alone = medians.get((count, "alone"))
+            ratio = f"{medians[count, 'meshed'] / alone:.2f}×" if variant == "meshed" and alone else "—"
+            req_s = statistics.median(r.req_s for r in mine)
+            gw_pct = statistics.median(100 * r.gateway_cpu_s / r.wall_s for r in mine)
+            wk = statistics.median(1000 * r.worker_cpu_s / r.requests for r in mine if r.requests)
+            lg = statistics.median(100 * r.loadgen_cpu_s / r.wall_s for r in mine)
+            errors = sum(r.errors for r in mine)
+            lines.append(
+                f"| {count} | {variant} | {req_s:.1f} | {ms:.2f} | {vs} | {ratio} | {gw_pct:.0f} | {wk:.2f} | {lg:.0f}"
+                f" | {errors} |"
+            )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.mesh_load", description=__doc__)
     parser.add_argument("--nodes", default="1,3,8", help="comma-separated mesh sizes")
+    parser.add_argument(
+        "--variants", default="meshed,alone", help="meshed, alone (N independent nodes), or both, comma-separated"
+    )
     parser.add_argument("--workers", type=int, default=4, help="simulated engines, each serving every node")
     parser.add_argument("--concurrency", type=int, default=16, help="closed-loop users in all")
     parser.add_argument("--prompt-tokens", type=int, default=200)
@@ -211,6 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.nodes.split(",")]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not variants or set(variants) - {"meshed", "alone"}:
+        parser.error("--variants takes meshed and/or alone")
     launch.exit_on_sigterm()
     out: Path = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -231,7 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             launch.wait_port(worker, port, 120.0)
         urls = [f"grpc://127.0.0.1:{port}" for port in ports]
         for count in counts:
-            reps += run_nodes(count, workers, urls, model_dir, pool, args)
+            for variant in variants:
+                if variant == "alone" and count == 1 and "meshed" in variants:
+                    continue  # one node: meshed or not, there is no peer (its meshed run stands for both)
+                reps += run_nodes(count, variant == "meshed", workers, urls, model_dir, pool, args)
     table = render(reps, args)
     command = launch.command_line("bench.mesh_load", argv)
     (out / "mesh_load-latest.json").write_text(
