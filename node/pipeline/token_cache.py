@@ -325,18 +325,20 @@ class CachedEncoder:
         assert rules is not None
         text, cuts, stored, digests, base_ids = plan.text, plan.cuts, plan.stored, plan.digests, plan.base_ids
         start = cuts[plan.hit] if plan.hit >= 0 else 0
-        new_ids = array(_ID_TYPECODE)
+        # The ids grow as a list (what the encoder returns and the caller takes); the cache gets the new part
+        # as one array, converted once: extending an array from lists piece by piece, then the list from the
+        # array, cost ~0.25 ms per 7,800 ids, a tenth of such a prompt's encode.
+        ids = base_ids.tolist()
         entries: list[tuple[bytes, int]] = []
         for k in range(plan.hit + 1, len(cuts)):
             if not stored[k]:
                 continue
             # Each piece is encoded on its own and never with special tokens: those go around the text.
-            new_ids.extend(rules.encode_plain(text[start : cuts[k]]))
-            entries.append((digests[k], len(base_ids) + len(new_ids)))
+            ids.extend(rules.encode_plain(text[start : cuts[k]]))
+            entries.append((digests[k], len(ids)))
             start = cuts[k]
-        self._cache.put_prefixes(plan.base, base_ids, new_ids, entries)
-        ids = base_ids.tolist()
-        ids.extend(new_ids)
+        if entries:
+            self._cache.put_prefixes(plan.base, base_ids, array(_ID_TYPECODE, ids[len(base_ids) :]), entries)
         if start < len(text):
             ids.extend(rules.encode_plain(text[start:]))
         return rules.affixes.wrap(ids) if plan.add_special_tokens else ids
