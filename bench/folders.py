@@ -3,8 +3,10 @@
 - ``llama3``: `smg-node models prepare --family llama3`, Meta's layout: the tokenizer.json post-processor
   ends with a `TemplateProcessing` step prepending ``<|begin_of_text|>`` (SMG's native tokenizer declines
   it and falls back to Hugging Face).
-- ``llama3-nobos``: the same folder with that step removed (the packaged tokenizer as shipped; SMG
-  tokenizes it natively). Chat prompts are unchanged: the template writes ``<|begin_of_text|>`` itself.
+- ``llama3-nobos``: the same folder with that step removed and ``add_bos_token`` false in
+  tokenizer_config.json (the packaged tokenizer as shipped). SMG rebuilds a BOS `TemplateProcessing` step
+  from ``add_bos_token: true``, as transformers does, so the flag must go too for SMG to tokenize the
+  folder natively. Chat prompts are unchanged: the template writes ``<|begin_of_text|>`` itself.
 - ``qwen``: ``--family qwen``, Qwen3's vocabulary with its NFC normalizer and no post-processor ids.
 - ``deepseek``: ``--family deepseek``.
 """
@@ -43,7 +45,8 @@ def prepare(name: Folder, out_dir: Path) -> Path:
 
 
 def without_bos_step(source: Path, target: Path) -> Path:
-    """A copy of ``source`` whose tokenizer.json post-processor has no `TemplateProcessing` step.
+    """A copy of ``source`` whose tokenizer.json post-processor has no `TemplateProcessing` step and whose
+    tokenizer_config.json does not ask for a BOS (``add_bos_token`` false).
 
     Raises:
         LaunchError: the source has no such step.
@@ -58,6 +61,9 @@ def without_bos_step(source: Path, target: Path) -> Path:
         definition["post_processor"] = {"type": "Sequence", "processors": kept}
     else:
         definition["post_processor"] = kept[0] if kept else None
+    config = json.loads((source / "tokenizer_config.json").read_text("utf-8"))
+    config["add_bos_token"] = False
     shutil.copytree(source, target, dirs_exist_ok=True)
     (target / "tokenizer.json").write_text(json.dumps(definition, ensure_ascii=False), "utf-8")
+    (target / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1), "utf-8")
     return target

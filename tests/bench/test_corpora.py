@@ -57,5 +57,12 @@ def test_nobos_folder_drops_only_the_bos_step(llama3_model_dir: Path, tmp_path: 
     assert with_bos.encode("Hello world").ids[0] == 128000
     assert without.encode("Hello world").ids == with_bos.encode("Hello world").ids[1:]
     assert json.loads((target / "tokenizer.json").read_text())["post_processor"]["type"] == "ByteLevel"
+    # A peer that rebuilds the BOS step from tokenizer_config.json (as transformers and SMG do) must not.
+    assert json.loads((llama3_model_dir / "tokenizer_config.json").read_text())["add_bos_token"] is True
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    assert config["add_bos_token"] is False
+    assert (
+        config["chat_template"] == json.loads((llama3_model_dir / "tokenizer_config.json").read_text())["chat_template"]
+    )
     with pytest.raises(folders.LaunchError):
         folders.without_bos_step(target, tmp_path / "again")
