@@ -208,7 +208,8 @@ def render(reps: Sequence[Rep], args: argparse.Namespace) -> str:
             if not mine:
                 continue
             ms = medians[count, variant]
-            base = medians.get((1, variant))
+            # One node is one node, meshed or not: the alone rows compare with it too.
+            base = medians.get((1, variant)) or medians.get((1, "meshed")) or medians.get((1, "alone"))
             vs = f"{ms / base:.2f}×" if base else "—"
             alone = medians.get((count, "alone"))
             ratio = f"{medians[count, 'meshed'] / alone:.2f}×" if variant == "meshed" and alone else "—"

@@ -275,6 +275,8 @@ async def run_node(
             f" ({path.encoder_reason})" if path.encoder_reason else "",
             "on" if path.prefix_cache else f"off ({path.prefix_cache_reason})",
         )
+        if model.template is not None:  # minijinja where it renders as jinja2 does (node/pipeline/template_fast.py)
+            log.info("chat template: %s", model.template.engine)
         lag_monitor.export(metrics.registry)
         middlewares: list[Middleware] = []
         if config.auth.enforced(config.http.host):
