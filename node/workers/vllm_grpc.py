@@ -388,10 +388,13 @@ class VllmGrpcClient:
         """Generate's messages, every message that arrived together as one list (always one with grpc.aio)."""
         msg = pb.GenerateRequest(
             request_id=request.request_id,
-            tokenized=pb.TokenizedInput(input_ids=request.prompt_ids),
             sampling_params=_sampling_params(request.params),
             stream=request.stream,
         )
+        # Filled in place: a TokenizedInput built apart is copied into the request again (~60 µs per 7,800
+        # ids, a tenth of the message's cost); the serialized bytes are the same.
+        msg.tokenized.SetInParent()  # present even for an empty prompt, as before
+        msg.tokenized.input_ids.extend(request.prompt_ids)
         if request.kv_transfer_params_json is not None:
             msg.kv_transfer_params_json = request.kv_transfer_params_json
         ep = await self._endpoint()
