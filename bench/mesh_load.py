@@ -196,32 +196,26 @@ def render(reps: Sequence[Rep], args: argparse.Namespace) -> str:
         " worker CPU ms/req | loadgen CPU % | errors |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    medians: dict[tuple[int, str], float] = {}
-    for count in sorted({r.nodes for r in reps}):
-        for variant in ("meshed", "alone"):
-            mine = [r for r in reps if r.nodes == count and r.variant == variant]
-            if mine:
-                medians[count, variant] = statistics.median(r.gateway_ms_per_req for r in mine)
-    for count in sorted({r.nodes for r in reps}):
-        for variant in ("meshed", "alone"):
-            mine = [r for r in reps if r.nodes == count and r.variant == variant]
-            if not mine:
-                continue
-            ms = medians[count, variant]
-            # One node is one node, meshed or not: the alone rows compare with it too.
-            base = medians.get((1, variant)) or medians.get((1, "meshed")) or medians.get((1, "alone"))
-            vs = f"{ms / base:.2f}×" if base else "—"
-            alone = medians.get((count, "alone"))
-            ratio = f"{medians[count, 'meshed'] / alone:.2f}×" if variant == "meshed" and alone else "—"
-            req_s = statistics.median(r.req_s for r in mine)
-            gw_pct = statistics.median(100 * r.gateway_cpu_s / r.wall_s for r in mine)
-            wk = statistics.median(1000 * r.worker_cpu_s / r.requests for r in mine if r.requests)
-            lg = statistics.median(100 * r.loadgen_cpu_s / r.wall_s for r in mine)
-            errors = sum(r.errors for r in mine)
-            lines.append(
-                f"| {count} | {variant} | {req_s:.1f} | {ms:.2f} | {vs} | {ratio} | {gw_pct:.0f} | {wk:.2f} | {lg:.0f}"
-                f" | {errors} |"
-            )
+    groups: dict[tuple[int, str], list[Rep]] = {}
+    for r in sorted(reps, key=lambda r: (r.nodes, r.variant != "meshed")):
+        groups.setdefault((r.nodes, r.variant), []).append(r)
+    medians = {key: statistics.median(r.gateway_ms_per_req for r in mine) for key, mine in groups.items()}
+    # One node is one node, meshed or not: every row compares with it.
+    base = medians.get((1, "meshed")) or medians.get((1, "alone"))
+    for (count, variant), mine in groups.items():
+        ms = medians[count, variant]
+        vs = f"{ms / base:.2f}×" if base else "—"
+        alone = medians.get((count, "alone"))
+        ratio = f"{ms / alone:.2f}×" if variant == "meshed" and alone else "—"
+        req_s = statistics.median(r.req_s for r in mine)
+        gw_pct = statistics.median(100 * r.gateway_cpu_s / r.wall_s for r in mine)
+        wk = statistics.median(1000 * r.worker_cpu_s / r.requests for r in mine if r.requests)
+        lg = statistics.median(100 * r.loadgen_cpu_s / r.wall_s for r in mine)
+        errors = sum(r.errors for r in mine)
+        lines.append(
+            f"| {count} | {variant} | {req_s:.1f} | {ms:.2f} | {vs} | {ratio} | {gw_pct:.0f} | {wk:.2f} | {lg:.0f}"
+            f" | {errors} |"
+        )
     return "\n".join(lines)
 
 

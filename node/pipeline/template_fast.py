@@ -2,8 +2,9 @@
 exactly what the reference renderer (`node.pipeline.template`: jinja2's immutable sandbox, transformers'
 semantics) would.
 
-Why: a Qwen3 template renders a two-message chat in ~52 µs under jinja2's sandbox and in ~7 µs under
-minijinja, a twentieth of the node's whole CPU cost of a short request (SMG renders with minijinja too).
+Why: our Qwen3 template renders a two-message chat in ~38 µs under jinja2's sandbox and in ~9 µs under
+minijinja (bench/RESULTS.md), a few per cent of the node's whole CPU cost of a short request (SMG renders with
+minijinja too).
 
 Where the engines differ, the reference decides:
 
