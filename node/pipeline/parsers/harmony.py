@@ -157,8 +157,11 @@ class HarmonyParser:
         if found is None and not final:
             self._scanned = self._ends.resume_at(self._buf)
             if len(self._buf) > limit:  # not a call we will hold
-                self._spill(out, stream, self._buf)
-                self._buf = ""
+                # An end-marker prefix stays held: spilled, it could no longer end the message, which would
+                # then run on as content where a feed holding the whole marker ends it.
+                keep = len(self._buf) - self._ends.held_len(self._buf)
+                self._spill(out, stream, self._buf[:keep])
+                self._buf = self._buf[keep:]
                 return True
             if stream is not None:
                 stream.advance(self._buf, len(self._buf) - self._ends.held_len(self._buf), self._calls, out)

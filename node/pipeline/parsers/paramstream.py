@@ -107,10 +107,11 @@ class ParamStream:
             at = _BLANK.match(block, self._pos, upto).end()  # type: ignore[union-attr]
             if at == upto:
                 return
-            if block.startswith(dialect.key_open, at):
+            # Bounded by upto like every decision here: text past it must not change what is released.
+            if block.startswith(dialect.key_open, at, upto):
                 if not self._parameter(block, at, upto, out):
                     return
-            elif dialect.close is not None and block.startswith(dialect.close, at):
+            elif dialect.close is not None and block.startswith(dialect.close, at, upto):
                 out.append(ToolCallArgsDelta(self._index, "{}" if self._first else "}"))
                 self._state, self._pos = _TRAILER, at + len(dialect.close)
             elif dialect.key_open.startswith(block[at:upto]) or (dialect.close or "").startswith(block[at:upto]):

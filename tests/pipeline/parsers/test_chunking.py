@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +172,30 @@ def test_truncated_call_keeps_its_text(name: str, data: st.DataObject) -> None:
     # Content is a subsequence of the output (only markup of emitted calls and reasoning is taken out).
     remaining = iter(text)
     assert all(ch in remaining for ch in content)
+
+
+# Cases the properties above found: a call cut by max_call_chars with a marker prefix at the cut.
+@pytest.mark.parametrize(
+    ("name", "text", "cut", "tool_list", "expected"),
+    [
+        # The stream saw past the bound: the blank before a parameter tag was dropped only when the whole
+        # tag had arrived.
+        ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=", 31, {"f": {}}, "\n<parameter="),
+        # A spilled body took a "<" that began its <|call|>: the message never ended, the final channel's
+        # markup became content.
+        (
+            "openai",
+            '<|channel|>commentary to=functions.f<|message|>{"a": nul!}<|call|><|channel|>final<|message|>ok',
+            59,
+            None,
+            '<|channel|>commentary to=functions.f<|message|>{"a": nul!}<|call|>ok',
+        ),
+    ],
+)
+def test_an_overflowing_call_ends_alike_however_it_is_split(
+    name: str, text: str, cut: int, tool_list: dict[str, dict[str, object]] | None, expected: str
+) -> None:
+    factory = tools(name, max_call_chars=30, **({"tools": tool_list} if tool_list is not None else {}))
+    whole = run(factory(), [text])
+    assert run(factory(), split(text, [cut])) == whole
+    assert text_of(whole) == expected
