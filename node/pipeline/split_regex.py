@@ -13,6 +13,13 @@ match then never crosses a piece boundary, and a lookahead at a boundary sees wh
 end of the piece (nothing it can match). The catch-all consumes what the last split leaves unmatched
 (Hugging Face keeps those gaps; tiktoken would drop them).
 
+The alternatives are written with every run of lookaround-free branches in one group,
+``(?:'s|...| ?[^\\s\\p{L}\\p{N}]+)|\\s+(?!\\S)|\\s+|catch-all``: the same regex (alternation is associative under
+leftmost-first priority, so every match is the same), but fancy_regex, which runs an alternation holding a
+lookaround in its backtracking VM and tries each branch there in turn, hands a group without one to
+regex-automata's DFA as a single search. Real text then encodes in ~30 % less time (Qwen, 7,800 tokens of
+prose, code or JSON: 1.3-1.9 ms to 0.9-1.2 ms), most of tiktoken's regex cost.
+
 The parser accepts the Oniguruma subset these patterns use and rejects anything whose meaning differs
 between Oniguruma and Rust's ``regex``/``fancy_regex`` (anchors, backreferences, POSIX brackets, the
 ``m``/``s``/``x`` flags, class operators ``--``/``~~``) or that can match the empty string, so a pattern
@@ -47,6 +54,9 @@ class _Node:
     atom: str | None = None  # set on a single character-consuming atom: its class, untranslated
     run: str | None = None  # set on ``atom+`` / ``atom{1,n}``: the class whose runs it isolates
     zero_width: bool = False  # a lookaround
+    lookaround: bool = False  # a lookaround anywhere inside
+    branches: tuple[_Node, ...] = ()  # an alternation's branches (empty for anything else)
+    scoped_flag: bool = False  # a bare ``(?i)``, which reaches the end of its enclosing group
 
 
 class _Parser:
@@ -74,7 +84,13 @@ class _Parser:
             branches.append(self._sequence())
         if len(branches) == 1:
             return branches[0]
-        return _Node("|".join(b.text for b in branches), any(b.nullable for b in branches))
+        return _Node(
+            "|".join(b.text for b in branches),
+            any(b.nullable for b in branches),
+            lookaround=any(b.lookaround for b in branches),
+            branches=tuple(branches),
+            scoped_flag=any(b.scoped_flag for b in branches),
+        )
 
     def _sequence(self) -> _Node:
         items: list[_Node] = []
@@ -82,7 +98,12 @@ class _Parser:
             items.append(self._quantified())
         if len(items) == 1:
             return items[0]
-        return _Node("".join(i.text for i in items), all(i.nullable for i in items))
+        return _Node(
+            "".join(i.text for i in items),
+            all(i.nullable for i in items),
+            lookaround=any(i.lookaround for i in items),
+            scoped_flag=any(i.scoped_flag for i in items),
+        )
 
     def _quantified(self) -> _Node:
         atom = self._atom()
@@ -107,7 +128,12 @@ class _Parser:
             quant += "?"
         if atom.zero_width:
             raise UnsupportedPattern("quantified lookaround")
-        return _Node(atom.text + quant, atom.nullable or low == 0, run=atom.atom if low == 1 else None)
+        return _Node(
+            atom.text + quant,
+            atom.nullable or low == 0,
+            run=atom.atom if low == 1 else None,
+            lookaround=atom.lookaround,
+        )
 
     def _atom(self) -> _Node:
         c = self._peek()
@@ -150,13 +176,18 @@ class _Parser:
                     raise UnsupportedPattern(f"group syntax at {start}")
                 self._pos = m.end()
                 if m.group(2) == ")":  # (?i) applies to the rest of the enclosing group: same in both
-                    return _Node(f"(?{m.group(1)})", nullable=True)
+                    return _Node(f"(?{m.group(1)})", nullable=True, scoped_flag=True)
                 prefix, zero_width = f"(?{m.group(1)}:", False
         inner = self._alternation()
         if self._peek() != ")":
             raise UnsupportedPattern(f"unclosed group at {start}")
         self._pos += 1
-        return _Node(prefix + inner.text + ")", zero_width or inner.nullable, zero_width=zero_width)
+        return _Node(
+            prefix + inner.text + ")",
+            zero_width or inner.nullable,
+            zero_width=zero_width,
+            lookaround=zero_width or inner.lookaround,
+        )
 
     def _escape(self) -> _Node:
         c = self._peek(1)
@@ -247,10 +278,14 @@ def restrict(pattern: str, excluded: str = "") -> str:
     Raises:
         UnsupportedPattern: a construct without a faithful translation, or the pattern matches "".
     """
+    return _restricted(pattern, excluded).text
+
+
+def _restricted(pattern: str, excluded: str) -> _Node:
     node = _Parser(pattern, excluded).parse()
     if node.nullable:
         raise UnsupportedPattern("pattern can match the empty string")
-    return node.text
+    return node
 
 
 def class_run(pattern: str) -> str | None:
@@ -261,25 +296,48 @@ def class_run(pattern: str) -> str | None:
         return None
 
 
-def compose(patterns: Sequence[str]) -> str:
-    """One find_iter regex equivalent to applying the ``Isolated`` splits ``patterns`` in order.
+def compose(patterns: Sequence[str], *, grouped: bool = True) -> str:
+    """One find_iter regex equivalent to applying the ``Isolated`` splits ``patterns`` in order
+    (``grouped=False``: every branch at the top level, the same regex written flat, for reference).
 
     Raises:
         UnsupportedPattern: a split before the last is not a class run, or a pattern is untranslatable.
     """
     if not patterns:
         raise UnsupportedPattern("no split pattern")
-    alternatives: list[str] = []
+    branches: list[_Node] = []
     excluded = ""
+    last = ""
     for i, pattern in enumerate(patterns):
-        alternatives.append(restrict(pattern, excluded))
+        node = _restricted(pattern, excluded)
+        if node.scoped_flag:  # kept whole in its own group, so the flag's reach stays what it was
+            branches.append(_Node(f"(?:{node.text})", nullable=False, lookaround=node.lookaround))
+        else:
+            branches.extend(node.branches or (node,))
+        last = node.text
         if i < len(patterns) - 1:
             run = class_run(pattern)
             if run is None:
                 raise UnsupportedPattern(f"split {i} is not a run of one character class: {pattern!r}")
             excluded += run
-    last = alternatives[-1]
     anything = f"[^{excluded}]" if excluded else r"[\s\S]"
     # Hugging Face keeps the text the last split leaves unmatched as pieces; tiktoken would drop it.
-    alternatives.append(f"(?:(?!{last}){anything})+")
-    return "|".join(f"(?:{a})" if "|" in a else a for a in alternatives)
+    branches.append(_Node(f"(?:(?!{last}){anything})+", nullable=False, lookaround=True))
+    return _grouped(branches) if grouped else "|".join(b.text for b in branches)
+
+
+def _grouped(branches: Sequence[_Node]) -> str:
+    """``branches`` as one alternation, each run of lookaround-free branches in one group (module docstring)."""
+    parts: list[str] = []
+    plain: list[str] = []
+    for branch in branches:
+        if not branch.lookaround:
+            plain.append(branch.text)
+            continue
+        if plain:
+            parts.append(f"(?:{'|'.join(plain)})" if len(plain) > 1 else plain[0])
+            plain = []
+        parts.append(branch.text)
+    if plain:
+        parts.append(f"(?:{'|'.join(plain)})" if len(plain) > 1 else plain[0])
+    return "|".join(parts)

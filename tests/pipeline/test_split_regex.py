@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import pytest
+import tiktoken
 from hypothesis import HealthCheck, given, settings
 
+from node.pipeline.bpe_fast import _split_patterns
 from node.pipeline.split_regex import GPT2_PATTERN, UnsupportedPattern, class_run, compose, restrict
 from node.pipeline.tokenizer import Tokenizer
 from tests.pipeline import _crafted_tokenizers as crafted
@@ -44,6 +48,40 @@ def test_restriction_reaches_lookaheads_and_classes() -> None:
     assert restrict(r"\s+(?!\S)", r"\p{N}") == r"[\s&&[^\p{N}]]+(?![\S&&[^\p{N}]])"
     assert restrict(r"ba{,2}") == "ba{0,2}"
     assert compose([GPT2_PATTERN]).startswith("(?:'s|'t|")
+
+
+def test_lookaround_free_branches_are_grouped_for_the_dfa() -> None:
+    """fancy_regex tries a top-level alternation with a lookaround branch by branch in its VM; a run of
+    lookaround-free branches in one group is one DFA search (the speed, module docstring)."""
+    composed = compose([GPT2_PATTERN])
+    easy = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"
+    assert composed.startswith(f"(?:{easy})|\\s+(?!\\S)|\\s+|(?:(?!")
+    # A bare flag reaches the end of its enclosing group: that pattern stays whole in its own group.
+    assert compose([r"(?i)ab|c(?!d)|e"]).startswith(r"(?:(?i)ab|c(?!d)|e)|")
+
+
+@functools.cache
+def _encodings(folder: Path) -> tuple[tiktoken.Encoding, tiktoken.Encoding]:
+    """The fast encoder's verified encoding of a prepared folder, and the same with the flat regex."""
+    tok = Tokenizer.from_file(folder, cache=None)
+    assert tok._fast is not None
+    grouped = tok._fast._encoding
+    patterns = _split_patterns(json.loads((folder / "tokenizer.json").read_text())["pre_tokenizer"])
+    assert isinstance(patterns, list)
+    assert grouped._pat_str == compose(patterns)
+    flat = tiktoken.Encoding(
+        "flat", pat_str=compose(patterns, grouped=False), mergeable_ranks=grouped._mergeable_ranks, special_tokens={}
+    )
+    return grouped, flat
+
+
+@pytest.mark.parametrize("fixture", ["llama3_model_dir", "qwen_model_dir", "deepseek_model_dir"])
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text=adversarial_text())
+def test_grouping_changes_no_match(fixture: str, text: str, request: pytest.FixtureRequest) -> None:
+    """The grouped regex and the same branches in one flat alternation encode every text alike."""
+    grouped, flat = _encodings(request.getfixturevalue(fixture))
+    assert grouped.encode_ordinary(text) == flat.encode_ordinary(text)
 
 
 @pytest.mark.parametrize("chain", sorted(CHAINS))
