@@ -18,6 +18,7 @@ import copy
 import functools
 import hashlib
 import json
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from node.pipeline.model import ModelFolderError
 from node.pipeline.probe_corpus import probe_texts
 from node.pipeline.special_tokens import AddedTokenMatcher
 from node.pipeline.token_cache import (
+    ID_TYPECODE,
     CachedEncoder,
     EncodeJob,
     SegmentRules,
@@ -133,7 +135,7 @@ class Tokenizer:
         )
         self._rules: SegmentRules | None = None
         if self._segment_hazard is None and self._affixes is not None:
-            plain = self._fast.encode if self._fast is not None else self._hf_encode_plain
+            plain = self._fast.encode_into if self._fast is not None else self._hf_encode_plain_into
             self._rules = SegmentRules(matcher.boundaries, plain, self._affixes)
         self._encoder_reason = encoder_reason
         self._attach(cache)
@@ -141,7 +143,7 @@ class Tokenizer:
     def _attach(self, cache: TokenizerCacheConfig | TokenCache | None) -> None:
         self._cache = TokenCache(cache) if isinstance(cache, TokenizerCacheConfig) else cache
         self._cached = (
-            CachedEncoder(self._cache, fingerprint=self.fingerprint, encode=self._encode, rules=self._rules)
+            CachedEncoder(self._cache, fingerprint=self.fingerprint, encode=self._encode_array, rules=self._rules)
             if self._cache is not None
             else None
         )
@@ -289,11 +291,28 @@ class Tokenizer:
             return self._affixes.wrap(ids)
         return ids
 
+    def _encode_array(self, text: str, add_special_tokens: bool) -> array[int]:
+        """`_encode` as an array of 32-bit ids (what the cache keeps), without a list in between."""
+        out = array(ID_TYPECODE)
+        if self._fast is None:
+            out.fromlist(self._hf_encode(text, add_special_tokens))
+            return out
+        affixes = self._affixes if add_special_tokens else None
+        if affixes is not None:
+            out.extend(affixes.prefix)
+        self._fast.encode_into(text, out)
+        if affixes is not None:
+            out.extend(affixes.suffix)
+        return out
+
     def _hf_encode(self, text: str, add_special_tokens: bool) -> list[int]:
         return self._hf_encode_batch([text], add_special_tokens)[0]
 
     def _hf_encode_plain(self, text: str) -> list[int]:
         return self._hf_encode_batch([text], False)[0]
+
+    def _hf_encode_plain_into(self, text: str, out: array[int]) -> None:
+        out.fromlist(self._hf_encode_plain(text))
 
     def _hf_encode_batch(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
         if _HAS_FAST_BATCH:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.config import TokenizerCacheConfig
 from node.pipeline import bpe_fast
 from node.pipeline.encode_rules import read_added_tokens
 from node.pipeline.probe_corpus import probe_texts
@@ -38,18 +40,41 @@ def test_real_tokenizers_take_the_fast_path(family: str, request: pytest.Fixture
     assert tok.encode_path.prefix_cache, tok.encode_path.prefix_cache_reason
 
 
+def _fresh_cache(tok: Tokenizer) -> Tokenizer:
+    """The tokenizer behind an empty cache that takes even short texts into L1: its encode then runs the
+    array path (`FastBpeEncoder.encode_into`), L0 for texts without an added token, L1 for the others."""
+    return tok.with_cache(TokenizerCacheConfig(l1_min_prompt_chars=0))
+
+
 @_SETTINGS
 @given(text=adversarial_text(LLAMA3_SPECIALS), flag=st.booleans())
 def test_llama3_fast_equals_hf(llama3_tokenizer: Tokenizer, text: str, flag: bool) -> None:
-    assert llama3_tokenizer.encode_uncached(text, add_special_tokens=flag) == _reference(llama3_tokenizer, text, flag)
+    expected = _reference(llama3_tokenizer, text, flag)
+    assert llama3_tokenizer.encode_uncached(text, add_special_tokens=flag) == expected
+    assert _fresh_cache(llama3_tokenizer).encode(text, add_special_tokens=flag) == expected
 
 
 @_SETTINGS
 @given(text=adversarial_text(DEEPSEEK_SPECIALS), flag=st.booleans())
 def test_deepseek_fast_equals_hf(deepseek_tokenizer: Tokenizer, text: str, flag: bool) -> None:
-    assert deepseek_tokenizer.encode_uncached(text, add_special_tokens=flag) == _reference(
-        deepseek_tokenizer, text, flag
-    )
+    expected = _reference(deepseek_tokenizer, text, flag)
+    assert deepseek_tokenizer.encode_uncached(text, add_special_tokens=flag) == expected
+    assert _fresh_cache(deepseek_tokenizer).encode(text, add_special_tokens=flag) == expected
+
+
+@pytest.mark.parametrize("family", ["llama3", "deepseek", "qwen"])
+def test_encode_into_appends_the_ids_encode_returns_on_every_route(family: str, request: pytest.FixtureRequest) -> None:
+    """Plain text, text with added tokens (matched by tiktoken, or by the matcher for DeepSeek's
+    overlapping ones), text NFC changes (qwen normalizes) and text Hugging Face must take."""
+    tok: Tokenizer = request.getfixturevalue(f"{family}_tokenizer")
+    fast = tok._fast
+    assert fast is not None
+    added = [t.content for t in read_added_tokens(tok.raw)][:8]
+    texts = ["plain words", f"a{added[0]}b{added[-1]}", "e\u0301t\u00e9 caf\u00e9", "Ǆ ǅ ﬀ Å", *probe_texts(added)]
+    for text in texts:
+        out = array("i", [7, 8])
+        fast.encode_into(text, out)
+        assert out.tolist() == [7, 8, *fast.encode(text)] == [7, 8, *_reference(tok, text, False)], text
 
 
 @pytest.mark.parametrize("family", ["llama3", "deepseek"])
