@@ -30,7 +30,7 @@ from typing import TypeVar
 from node.errors import WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.breaker import CircuitBreaker
-from node.workers.client import WorkerClient, worker_batches
+from node.workers.client import WorkerClient, flattened, worker_batches
 from node.workers.deadlines import Watchdog
 from node.workers.kv_convert import EngineLoad
 from node.workers.outcome import Outcome, outcome_of
@@ -54,14 +54,8 @@ class BreakerClient:
     def inner(self) -> WorkerClient:
         return self._inner
 
-    async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
-        batches = self.generate_batches(request)
-        try:
-            async for batch in batches:
-                for out in batch:
-                    yield out
-        finally:
-            await batches.aclose()
+    def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
+        return flattened(self.generate_batches(request))
 
     def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
         """Generate's messages as lists of those that arrived together (one each where the client cannot tell)."""

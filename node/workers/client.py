@@ -73,6 +73,17 @@ def worker_batches(client: WorkerClient, request: WorkerRequest) -> AsyncGenerat
     return _one_by_one(client.generate(request))
 
 
+async def flattened(batches: AsyncGenerator[Sequence[WorkerOutput], None]) -> AsyncGenerator[WorkerOutput, None]:
+    """``generate`` from ``generate_batches``: the batches' messages one by one (closing the batches when the
+    caller stops early, so the worker request ends)."""
+    try:
+        async for batch in batches:
+            for out in batch:
+                yield out
+    finally:
+        await batches.aclose()
+
+
 async def _one_by_one(stream: AsyncGenerator[WorkerOutput, None]) -> AsyncGenerator[Sequence[WorkerOutput], None]:
     try:
         async for out in stream:

@@ -26,7 +26,7 @@ from node.config import DEFAULT_GENERATE_TRANSPORT, GenerateTransport
 from node.errors import KvEventsUnsupported, WorkerFailed
 from node.routing.kv_events import KvEventBatch
 from node.workers.channel_config import ChannelConfig
-from node.workers.client import WorkerRejected, WorkerUnavailable
+from node.workers.client import WorkerRejected, WorkerUnavailable, flattened
 from node.workers.grpc_wire import UNIMPLEMENTED
 from node.workers.h2_generate import CallFailed, H2GenerateChannel
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
@@ -375,14 +375,8 @@ class VllmGrpcClient:
             return False
         return bool(r.healthy)
 
-    async def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
-        batches = self.generate_batches(request)
-        try:
-            async for batch in batches:
-                for out in batch:
-                    yield out
-        finally:
-            await batches.aclose()
+    def generate(self, request: WorkerRequest) -> AsyncGenerator[WorkerOutput, None]:
+        return flattened(self.generate_batches(request))
 
     async def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[list[WorkerOutput], None]:
         """Generate's messages, every message that arrived together as one list (always one with grpc.aio)."""
