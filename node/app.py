@@ -245,8 +245,9 @@ async def run_node(
             log.warning("no workers yet: add some with POST /workers (or --worker), or join a cluster that has them")
 
         models.extend(await _load_models(config, pool, tokenizer_parses))
-        for served in models:  # the loop encodes short prompts inline (node.pipeline.cpu)
+        for served in models:  # the loop encodes short prompts inline (node.pipeline.cpu), the pool the others
             served.tokenizer.warm_this_thread()
+            await cpu.warm(served.tokenizer.warm_this_thread)
         model = models[0]
         for name in by_model:
             if not any(m.answers_to(name) for m in models):

@@ -12,6 +12,7 @@ cache rely on, each derived from tokenizer.json and then confirmed on the probe 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -75,6 +76,15 @@ class Affixes:
         if self.suffix:
             ids.extend(self.suffix)
         return ids
+
+    def wrap_array(self, ids: array[int]) -> array[int]:
+        """`wrap` for an array of ids (a new one when there is something to add)."""
+        if not self.prefix and not self.suffix:
+            return ids
+        wrapped = array(ids.typecode, self.prefix)
+        wrapped += ids
+        wrapped.extend(self.suffix)
+        return wrapped
 
 
 def read_added_tokens(raw: Any) -> tuple[AddedToken, ...]:

@@ -232,14 +232,18 @@ def _l0_size(key: tuple[str, bool, str], ids: array[int]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class EncodeJob:
-    """What is left of one encode after the cache lookup: `finish()` returns the ids (call it once, from
-    any thread). ``pending_chars`` is how much text it still encodes: 0 for a cache hit."""
+    """What is left of one encode after the cache lookup: ``ids()`` returns the ids as an array of 32-bit
+    ints (the caller's own), `finish()` as a list; call one of them once, from any thread. ``pending_chars``
+    is how much text it still encodes: 0 for a cache hit."""
 
     pending_chars: int
-    finish: Callable[[], list[int]]
+    ids: Callable[[], array[int]]
+
+    def finish(self) -> list[int]:
+        return self.ids().tolist()
 
     @classmethod
-    def done(cls, ids: list[int]) -> EncodeJob:
+    def done(cls, ids: array[int]) -> EncodeJob:
         return cls(0, lambda: ids)
 
 
@@ -297,7 +301,7 @@ class CachedEncoder:
         if self._l0:
             hit = self._cache.get_exact(key)
             if hit is not None:
-                return EncodeJob.done(hit.tolist())
+                return EncodeJob.done(hit[:])  # a copy: the entry stays as cached
         if self._l1 and len(text) >= self._cache.config.l1_min_prompt_chars:
             job = self._prefix_job(text, add_special_tokens)
             if job is not None:
@@ -306,11 +310,11 @@ class CachedEncoder:
                 return job
         return EncodeJob(len(text), functools.partial(self._encode_whole, key))
 
-    def _encode_whole(self, key: tuple[str, bool, str]) -> list[int]:
+    def _encode_whole(self, key: tuple[str, bool, str]) -> array[int]:
         ids = self._encode(key[2], key[1])
         if self._l0:
-            self._cache.put_exact(key, ids)  # kept as is: nothing else holds it
-        return ids.tolist()
+            self._cache.put_exact(key, ids[:])  # a copy: the caller owns ``ids``
+        return ids
 
     def _prefix_job(self, text: str, add_special_tokens: bool) -> EncodeJob | None:
         rules = self._rules
@@ -328,14 +332,14 @@ class CachedEncoder:
         plan = _PrefixPlan(text, add_special_tokens, cuts, stored, digests, hit, base, base_ids)
         return EncodeJob(len(text) - start, functools.partial(self._finish_prefix, plan))
 
-    def _finish_prefix(self, plan: _PrefixPlan) -> list[int]:
+    def _finish_prefix(self, plan: _PrefixPlan) -> array[int]:
         rules = self._rules
         assert rules is not None
         text, cuts, stored, digests, base_ids = plan.text, plan.cuts, plan.stored, plan.digests, plan.base_ids
         start = cuts[plan.hit] if plan.hit >= 0 else 0
         # The new ids grow as one array, appended from the encoder's buffers, and the cache copies them from
-        # it; the caller's list is made once at the end (lists per piece and an array made from them cost
-        # ~2 M instructions per 7,800 ids more, a sixth of such a prompt's encode).
+        # it (lists per piece and an array made from them cost ~2 M instructions per 7,800 ids more, a sixth
+        # of such a prompt's encode).
         new = array(ID_TYPECODE)
         entries: list[tuple[bytes, int]] = []
         for k in range(plan.hit + 1, len(cuts)):
@@ -349,9 +353,8 @@ class CachedEncoder:
             self._cache.put_prefixes(plan.base, base_ids, new, entries)  # copies ``new``
         if start < len(text):
             rules.encode_plain_into(text[start:], new)
-        ids = base_ids.tolist()
-        ids += new.tolist()
-        return rules.affixes.wrap(ids) if plan.add_special_tokens else ids
+        ids = base_ids + new
+        return rules.affixes.wrap_array(ids) if plan.add_special_tokens else ids
 
     def _digests(self, text: str, cuts: list[int]) -> list[bytes]:
         hasher = self._seed.copy()

@@ -246,7 +246,12 @@ class Tokenizer:
         ``pending_chars`` tells whether it is worth a thread. ``prepare(...).finish() == encode(...)``."""
         if self._cached is not None:
             return self._cached.prepare(text, add_special_tokens)
-        return EncodeJob(len(text), functools.partial(self._encode, text, add_special_tokens))
+        return EncodeJob(len(text), functools.partial(self._encode_array, text, add_special_tokens))
+
+    def encode_ids(self, text: str, *, add_special_tokens: bool) -> array[int]:
+        """`encode`'s ids as an array of 32-bit ints (the caller's own): what a request carries to its
+        worker, without a Python int per id."""
+        return self.prepare(text, add_special_tokens=add_special_tokens).ids()
 
     def encode_uncached(self, text: str, *, add_special_tokens: bool) -> list[int]:
         """`encode` bypassing the cache (same ids; for benchmarks and checks)."""
