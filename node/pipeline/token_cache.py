@@ -132,11 +132,12 @@ class TokenCache:
             self._c0.hits += 1
             return ids
 
-    def put_exact(self, key: tuple[str, bool, str], stored: array[int]) -> None:
-        """Cache ``stored`` (not copied: the caller gives it up)."""
-        size = _l0_size(key, stored)
+    def put_exact(self, key: tuple[str, bool, str], ids: array[int]) -> None:
+        """Cache a copy of ``ids`` (the caller keeps its own)."""
+        size = _l0_size(key, ids)
         if size > self.config.l0_max_bytes:
             return
+        stored = ids[:]
         with self._lock:
             old = self._l0.pop(key, None)
             if old is not None:
@@ -313,7 +314,7 @@ class CachedEncoder:
     def _encode_whole(self, key: tuple[str, bool, str]) -> array[int]:
         ids = self._encode(key[2], key[1])
         if self._l0:
-            self._cache.put_exact(key, ids[:])  # a copy: the caller owns ``ids``
+            self._cache.put_exact(key, ids)
         return ids
 
     def _prefix_job(self, text: str, add_special_tokens: bool) -> EncodeJob | None:
