@@ -53,3 +53,15 @@ def deepseek_tokenizer(deepseek_model_dir: Path) -> Tokenizer:
 @pytest.fixture(scope="session")
 def qwen_tokenizer(qwen_model_dir: Path) -> Tokenizer:
     return Tokenizer.from_file(qwen_model_dir)
+
+
+# The same vocabularies through tiktoken rather than the native encoder (what deployments without a C
+# compiler at install run): the fast-path tests cover both.
+@pytest.fixture(scope="session")
+def llama3_tiktoken(llama3_model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_file(llama3_model_dir, native=False)
+
+
+@pytest.fixture(scope="session")
+def qwen_tiktoken(qwen_model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_file(qwen_model_dir, native=False)

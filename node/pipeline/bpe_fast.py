@@ -47,11 +47,11 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from operator import le, methodcaller
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import tiktoken
 
-from node.pipeline import nfc
+from node.pipeline import bpe_native, nfc
 from node.pipeline.special_tokens import (
     AddedToken,
     AddedTokenMatcher,
@@ -60,6 +60,9 @@ from node.pipeline.special_tokens import (
     single_pass_problem,
 )
 from node.pipeline.split_regex import GPT2_PATTERN, UnsupportedPattern, compose
+
+if TYPE_CHECKING:
+    from node.pipeline import _bytebpe  # optional extension (bpe_native)
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _NONE_ALLOWED: Final[set[str]] = set()  # never mutated: tiktoken only reads it
@@ -89,7 +92,18 @@ class FastBpeEncoder:
     """Encodes like the Hugging Face tokenizer it was verified against, without the post-processor
     (callers add `encode_rules.Affixes`). Immutable; safe to share across threads."""
 
-    __slots__ = ("_encoding", "_fallback", "_local", "_matcher", "_nfc_unsafe", "_plain_only", "_present")
+    __slots__ = (
+        "_added",
+        "_encoding",
+        "_fallback",
+        "_local",
+        "_matcher",
+        "_native",
+        "_nfc_unsafe",
+        "_plain_only",
+        "_present",
+        "native_reason",
+    )
 
     def __init__(
         self,
@@ -99,18 +113,29 @@ class FastBpeEncoder:
         *,
         single_pass: bool,
         nfc_unsafe: re.Pattern[str] | None = None,
+        native: _bytebpe.Encoder | None = None,
     ) -> None:
         """``nfc_unsafe``: set when the tokenizer NFC-normalizes; matches the characters left to
-        ``fallback`` (`nfc.unsafe_characters`)."""
+        ``fallback`` (`nfc.unsafe_characters`). ``native``: encodes the text between added tokens in
+        place of ``encoding`` (`bpe_native`; same ids, faster)."""
         self._encoding = encoding
         self._local = threading.local()  # .encoding: this thread's own copy (see the module docstring)
         self._matcher = matcher
         self._fallback = fallback
+        # One leftmost-longest scan finds the added tokens where Hugging Face's passes do (single pass).
+        self._added = re.compile(longest_match_pattern(matcher.ids)) if single_pass and matcher.ids else None
         # tiktoken converts the allowed-special set on every call: ~50 us for 256 tokens, ~250 us for
         # DeepSeek's 1,283. Allowing only the added tokens present in the text keeps that negligible.
-        self._present = re.compile(longest_match_pattern(matcher.ids)).findall if single_pass else None
+        self._present = self._added.findall if self._added is not None else None
         self._plain_only = not matcher.ids  # no added tokens at all
         self._nfc_unsafe = nfc_unsafe
+        self._native = native
+        self.native_reason: str | None = None  # why tiktoken encodes instead of the native encoder
+
+    @property
+    def name(self) -> str:
+        """Which engine encodes the text between added tokens: "native" or "tiktoken"."""
+        return "native" if self._native is not None else "tiktoken"
 
     def _thread_encoding(self) -> tiktoken.Encoding:
         own: tiktoken.Encoding | None = getattr(self._local, "encoding", None)
@@ -127,11 +152,17 @@ class FastBpeEncoder:
         return own
 
     def warm_this_thread(self) -> None:
-        """Make this thread's own encoding now (~0.1 s) rather than in its first request."""
-        self._thread_encoding()
+        """Make this thread's own encoding now (~0.1 s) rather than in its first request. The native
+        encoder needs none: it is shared by every thread and keeps no per-thread state."""
+        if self._native is None:
+            self._thread_encoding()
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; added-token text becomes the added tokens' ids."""
+        if self._native is not None:
+            out = array("i")
+            self._native_into(text, out, self._native)
+            return out.tolist()
         encoding = self._thread_encoding()
         route = self._route(text)
         if isinstance(route, set):
@@ -145,7 +176,10 @@ class FastBpeEncoder:
 
         tiktoken hands the ids over as a buffer of 32-bit ints, copied into ``out`` in one go: a list would
         first make a Python int of each id and the array then read each back (~3 M instructions per 7,800
-        ids, a fifth of the encode itself), both while holding the GIL."""
+        ids, a fifth of the encode itself), both while holding the GIL. The native encoder does the same."""
+        if self._native is not None:
+            self._native_into(text, out, self._native)
+            return
         encoding = self._thread_encoding()
         route = self._route(text)
         if isinstance(route, set):
@@ -155,9 +189,30 @@ class FastBpeEncoder:
         else:
             out.fromlist(self._encode_routed(text, encoding, route))
 
-    def _route(self, text: str) -> set[str] | _Route:
-        """The added tokens tiktoken matches in ``text`` itself in one call (an empty set: none), or the
-        slower way the text takes."""
+    def _native_into(self, text: str, out: array[int], native: _bytebpe.Encoder) -> None:
+        """`encode_into` through the native encoder: added tokens found here, the text between them native."""
+        route = self._slow_route(text)
+        if route is _Route.FALLBACK:
+            out.fromlist(self._fallback(text))
+        elif route is not None:
+            self._pieces_into(text, out, normalize=route is _Route.PIECES_NFC)
+        elif self._added is None:
+            if self._plain_only:
+                out.frombytes(native.encode(text))
+            else:
+                self._pieces_into(text, out, normalize=False)
+        else:
+            ids = self._matcher.ids
+            start = 0
+            for match in self._added.finditer(text):
+                if start < match.start():
+                    out.frombytes(native.encode(text[start : match.start()]))
+                out.append(ids[match.group()])
+                start = match.end()
+            out.frombytes(native.encode(text[start:] if start else text))
+
+    def _slow_route(self, text: str) -> _Route | None:
+        """How a text that needs more than one scan for added tokens is encoded, or None if it does not."""
         if not text.isascii():  # ASCII is NFC and holds no surrogate
             if _SURROGATE.search(text):
                 # tiktoken silently replaces lone surrogates; Hugging Face rejects them. Keep its behavior.
@@ -167,6 +222,14 @@ class FastBpeEncoder:
                     return _Route.FALLBACK
                 if not nfc.is_normalized(text):
                     return _Route.PIECES_NFC
+        return None
+
+    def _route(self, text: str) -> set[str] | _Route:
+        """The added tokens tiktoken matches in ``text`` itself in one call (an empty set: none), or the
+        slower way the text takes."""
+        slow = self._slow_route(text)
+        if slow is not None:
+            return slow
         if self._plain_only:
             return _NONE_ALLOWED
         if self._present is not None:
@@ -176,21 +239,32 @@ class FastBpeEncoder:
     def _encode_routed(self, text: str, encoding: tiktoken.Encoding, route: _Route) -> list[int]:
         if route is _Route.FALLBACK:
             return self._fallback(text)
-        return self._encode_pieces(text, encoding, normalize=route is _Route.PIECES_NFC)
+        out = array("i")
+        self._pieces_into(text, out, normalize=route is _Route.PIECES_NFC, encoding=encoding)
+        return out.tolist()
 
-    def _encode_pieces(self, text: str, encoding: tiktoken.Encoding, *, normalize: bool) -> list[int]:
+    def _pieces_into(
+        self, text: str, out: array[int], *, normalize: bool, encoding: tiktoken.Encoding | None = None
+    ) -> None:
         """Added tokens found by the matcher, the text between them encoded (NFC-normalized first when
         ``normalize``: Hugging Face normalizes each piece between added tokens, never across one)."""
-        ids: list[int] = []
         start = 0
         for begin, end in [*self._matcher.spans(text), (len(text), len(text))]:
             if start < begin:
                 piece = text[start:begin]
-                ids.extend(encoding.encode_ordinary(nfc.normalize(piece) if normalize else piece))
+                self._plain_into(nfc.normalize(piece) if normalize else piece, out, encoding)
             if begin < end:
-                ids.append(self._matcher.ids[text[begin:end]])
+                out.append(self._matcher.ids[text[begin:end]])
             start = end
-        return ids
+
+    def _plain_into(self, text: str, out: array[int], encoding: tiktoken.Encoding | None) -> None:
+        """Append the ids of ``text`` taken as plain text (added-token text included)."""
+        if self._native is not None:
+            out.frombytes(self._native.encode(text))
+        else:
+            tiktoken_encoding = encoding if encoding is not None else self._thread_encoding()
+            ids = tiktoken_encoding._core_bpe.encode_to_tiktoken_buffer(text, _NONE_ALLOWED)
+            out.frombytes(memoryview(ids).cast("B"))
 
 
 def plan(definition: Mapping[str, Any], added: Sequence[AddedToken]) -> tiktoken.Encoding | str:
@@ -238,13 +312,16 @@ def build(
     matcher: AddedTokenMatcher,
     reference: Callable[[str], list[int]],
     probes: Sequence[str],
+    *,
+    native: bool = True,
 ) -> FastBpeEncoder | str:
     """A verified fast encoder for the tokenizer ``definition`` describes, or why there is none.
 
     ``matcher`` finds the tokenizer's added tokens (with an identity normalizer it must run both
     passes; with NFC, `plan` requires every added token to be matched on the raw text). ``reference``
     is the Hugging Face encoder without special tokens added; the fast encoder is returned only if it
-    gives the same ids on every probe text (and, with NFC, on texts NFC changes).
+    gives the same ids on every probe text (and, with NFC, on texts NFC changes). ``native``: try the
+    native encoder (`bpe_native`) before tiktoken; `FastBpeEncoder.native_reason` says why it is not used.
     """
     encoding = plan(definition, matcher.tokens)
     if isinstance(encoding, str):
@@ -252,17 +329,38 @@ def build(
     single_pass = single_pass_problem(matcher.tokens) is None
     normalizer = definition.get("normalizer")
     nfc_unsafe = nfc.unsafe_characters() if normalizer is not None and nfc.is_nfc_only(normalizer) else None
+    texts = [*probes, *(_nfc_probes(matcher.tokens) if nfc_unsafe is not None else ())]
+    native_reason: str | None = "not requested"
+    if native:
+        patterns = _split_patterns(definition.get("pre_tokenizer"))
+        built = bpe_native.build(patterns if isinstance(patterns, list) else [], encoding._mergeable_ranks)
+        if isinstance(built, str):
+            native_reason = built
+        else:
+            encoder = FastBpeEncoder(
+                encoding, matcher, reference, single_pass=single_pass, nfc_unsafe=nfc_unsafe, native=built
+            )
+            problem = _verify(encoder, reference, texts)
+            if problem is None:
+                return encoder
+            native_reason = problem  # tiktoken may still pass
     encoder = FastBpeEncoder(encoding, matcher, reference, single_pass=single_pass, nfc_unsafe=nfc_unsafe)
+    encoder.native_reason = native_reason
     # The verified encoding is the loading thread's own: its pools are this thread's (module docstring).
     encoder._local.encoding = encoding
-    extra = _nfc_probes(matcher.tokens) if nfc_unsafe is not None else ()
-    for text in [*probes, *extra]:
+    problem = _verify(encoder, reference, texts)
+    return encoder if problem is None else problem
+
+
+def _verify(encoder: FastBpeEncoder, reference: Callable[[str], list[int]], texts: Sequence[str]) -> str | None:
+    """None if ``encoder`` gives Hugging Face's ids on every text, by both of its paths; else the first text."""
+    for text in texts:
         expected = reference(text)
         into = array("i")
         encoder.encode_into(text, into)
         if encoder.encode(text) != expected or into.tolist() != expected:
             return f"ids differ from Hugging Face on probe text {text[:40]!r}"
-    return encoder
+    return None
 
 
 def _nfc_probes(added: Sequence[AddedToken]) -> list[str]:

@@ -63,8 +63,8 @@ _MAX_PROBE_CUTS = 64
 class EncodePath:
     """How `Tokenizer.encode` runs for one tokenizer, decided at load (log it at startup)."""
 
-    encoder: str  # "tiktoken" or "huggingface"
-    encoder_reason: str | None  # why not tiktoken; None when it is used (or was not requested)
+    encoder: str  # "native" (bpe_native), "tiktoken" or "huggingface", fastest first
+    encoder_reason: str | None  # why not a faster one; None for "native" (or when none was requested)
     prefix_cache: bool  # L1 active
     prefix_cache_reason: str | None  # why L1 cannot be exact for this tokenizer (None: it can)
 
@@ -96,10 +96,12 @@ class Tokenizer:
         definition: Mapping[str, Any] | None = None,
         cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE,
         fast: bool = True,
+        native: bool = True,
     ) -> None:
         """``definition`` is the parsed tokenizer.json (re-read from ``raw`` if omitted). ``cache`` is a
         config (a private cache) or a `TokenCache` shared with other tokenizers; None disables caching.
-        ``fast=False`` keeps Hugging Face as the encoder."""
+        ``fast=False`` keeps Hugging Face as the encoder; ``native=False`` keeps tiktoken (not the native
+        encoder) as the fast one."""
         self._raw = raw
         # Identifies the vocabulary and its rules: two tokenizers with the same fingerprint produce the
         # same ids, so token-level caches and KV-aware routing may key on it.
@@ -118,11 +120,12 @@ class Tokenizer:
         self._fast: bpe_fast.FastBpeEncoder | None = None
         encoder_reason: str | None = None
         if fast:
-            built = self._build_fast(spec, matcher, probes)
+            built = self._build_fast(spec, matcher, probes, native=native)
             if isinstance(built, str):
                 encoder_reason = built
             else:
                 self._fast = built
+                encoder_reason = built.native_reason
 
         # Decided once, whatever the cache: `with_cache` can then attach one without re-analysing.
         self._segment_hazard = segmentation_hazard(
@@ -148,7 +151,7 @@ class Tokenizer:
             else None
         )
         self.encode_path = EncodePath(
-            encoder="tiktoken" if self._fast is not None else "huggingface",
+            encoder=self._fast.name if self._fast is not None else "huggingface",
             encoder_reason=self._encoder_reason,
             prefix_cache=self._cached is not None and self._cached.prefix_cache_active,
             prefix_cache_reason=self._segment_hazard,
@@ -168,13 +171,13 @@ class Tokenizer:
         return clone
 
     def _build_fast(
-        self, spec: Mapping[str, Any], matcher: AddedTokenMatcher, probes: Sequence[str]
+        self, spec: Mapping[str, Any], matcher: AddedTokenMatcher, probes: Sequence[str], *, native: bool
     ) -> bpe_fast.FastBpeEncoder | str:
         if self._affixes is None:
             return "the post-processor does more than add ids around the text"
         if self._raw.truncation is not None or self._raw.padding is not None:
             return "truncation or padding is configured"
-        return bpe_fast.build(spec, matcher, self._hf_encode_plain, probes)
+        return bpe_fast.build(spec, matcher, self._hf_encode_plain, probes, native=native)
 
     @classmethod
     def from_bytes(
@@ -183,6 +186,7 @@ class Tokenizer:
         *,
         cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE,
         fast: bool = True,
+        native: bool = True,
         parses: TokenizerParses | None = None,
     ) -> Tokenizer:
         """Build from the contents of a tokenizer.json. ``parses``: parses shared with other loaders in this
@@ -197,7 +201,7 @@ class Tokenizer:
         except Exception as exc:  # the binding raises a bare Exception for every parse failure
             raise ValueError(f"not a valid tokenizer definition: {exc}") from exc
         definition = json.loads(data)  # valid JSON: the binding just parsed it
-        return cls(raw, fingerprint=fingerprint, definition=definition, cache=cache, fast=fast)
+        return cls(raw, fingerprint=fingerprint, definition=definition, cache=cache, fast=fast, native=native)
 
     @classmethod
     def from_file(
@@ -206,6 +210,7 @@ class Tokenizer:
         *,
         cache: TokenizerCacheConfig | TokenCache | None = _DEFAULT_CACHE,
         fast: bool = True,
+        native: bool = True,
         parses: TokenizerParses | None = None,
     ) -> Tokenizer:
         """Load a tokenizer.json file, or the one inside a model folder if ``path`` is a directory (``parses``:
@@ -220,7 +225,7 @@ class Tokenizer:
         except OSError as exc:
             raise ModelFolderError(file, f"cannot read: {exc.strerror or exc}") from exc
         try:
-            return cls.from_bytes(data, cache=cache, fast=fast, parses=parses)
+            return cls.from_bytes(data, cache=cache, fast=fast, native=native, parses=parses)
         except ValueError as exc:
             raise ModelFolderError(file, str(exc)) from exc
 

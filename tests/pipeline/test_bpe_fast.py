@@ -1,4 +1,5 @@
-"""The tiktoken fast path: which tokenizers take it, and that it is id-identical to Hugging Face."""
+"""The fast paths (native and tiktoken): which tokenizers take them, and that they are id-identical to
+Hugging Face. The native encoder's own splitting is tested in test_bpe_native.py."""
 
 from __future__ import annotations
 
@@ -33,11 +34,24 @@ def _reference(tok: Tokenizer, text: str, flag: bool) -> list[int]:
     return list(tok.raw.encode(text, add_special_tokens=flag).ids)
 
 
-@pytest.mark.parametrize("family", ["llama3", "deepseek"])
-def test_real_tokenizers_take_the_fast_path(family: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize(("family", "encoder"), [("llama3", "native"), ("qwen", "native"), ("deepseek", "tiktoken")])
+def test_real_tokenizers_take_the_fast_path(family: str, encoder: str, request: pytest.FixtureRequest) -> None:
     tok: Tokenizer = request.getfixturevalue(f"{family}_tokenizer")
-    assert tok.encode_path.encoder == "tiktoken", tok.encode_path.encoder_reason
+    assert tok.encode_path.encoder == encoder, tok.encode_path.encoder_reason
     assert tok.encode_path.prefix_cache, tok.encode_path.prefix_cache_reason
+
+
+def test_native_false_keeps_tiktoken(llama3_tiktoken: Tokenizer) -> None:
+    assert llama3_tiktoken.encode_path.encoder == "tiktoken"
+    assert llama3_tiktoken.encode_path.encoder_reason == "not requested"
+
+
+@pytest.fixture(scope="module", params=["native", "tiktoken"])
+def llama3_both(request: pytest.FixtureRequest, llama3_tokenizer: Tokenizer, llama3_tiktoken: Tokenizer) -> Tokenizer:
+    """Llama-3 through either fast encoder (the native one by default, tiktoken where it is not built)."""
+    tok = llama3_tokenizer if request.param == "native" else llama3_tiktoken
+    assert tok.encode_path.encoder == request.param, tok.encode_path.encoder_reason
+    return tok
 
 
 def _fresh_cache(tok: Tokenizer) -> Tokenizer:
@@ -48,10 +62,10 @@ def _fresh_cache(tok: Tokenizer) -> Tokenizer:
 
 @_SETTINGS
 @given(text=adversarial_text(LLAMA3_SPECIALS), flag=st.booleans())
-def test_llama3_fast_equals_hf(llama3_tokenizer: Tokenizer, text: str, flag: bool) -> None:
-    expected = _reference(llama3_tokenizer, text, flag)
-    assert llama3_tokenizer.encode_uncached(text, add_special_tokens=flag) == expected
-    assert _fresh_cache(llama3_tokenizer).encode(text, add_special_tokens=flag) == expected
+def test_llama3_fast_equals_hf(llama3_both: Tokenizer, text: str, flag: bool) -> None:
+    expected = _reference(llama3_both, text, flag)
+    assert llama3_both.encode_uncached(text, add_special_tokens=flag) == expected
+    assert _fresh_cache(llama3_both).encode(text, add_special_tokens=flag) == expected
 
 
 @_SETTINGS
@@ -62,11 +76,11 @@ def test_deepseek_fast_equals_hf(deepseek_tokenizer: Tokenizer, text: str, flag:
     assert _fresh_cache(deepseek_tokenizer).encode(text, add_special_tokens=flag) == expected
 
 
-@pytest.mark.parametrize("family", ["llama3", "deepseek", "qwen"])
+@pytest.mark.parametrize("family", ["llama3", "llama3_tiktoken", "deepseek", "qwen", "qwen_tiktoken"])
 def test_encode_into_appends_the_ids_encode_returns_on_every_route(family: str, request: pytest.FixtureRequest) -> None:
     """Plain text, text with added tokens (matched by tiktoken, or by the matcher for DeepSeek's
     overlapping ones), text NFC changes (qwen normalizes) and text Hugging Face must take."""
-    tok: Tokenizer = request.getfixturevalue(f"{family}_tokenizer")
+    tok: Tokenizer = request.getfixturevalue(family if family.endswith("_tiktoken") else f"{family}_tokenizer")
     fast = tok._fast
     assert fast is not None
     added = [t.content for t in read_added_tokens(tok.raw)][:8]
@@ -86,25 +100,26 @@ def test_every_added_token_and_probe_text(family: str, request: pytest.FixtureRe
     assert ours == [e.ids for e in tok.raw.encode_batch(texts, add_special_tokens=False)]
 
 
-def test_long_prompt(llama3_tokenizer: Tokenizer, deepseek_tokenizer: Tokenizer) -> None:
+def test_long_prompt(llama3_tokenizer: Tokenizer, llama3_tiktoken: Tokenizer, deepseek_tokenizer: Tokenizer) -> None:
     text = "".join(probe_texts(LLAMA3_SPECIALS + DEEPSEEK_SPECIALS)) * 3
-    for tok in (llama3_tokenizer, deepseek_tokenizer):
+    for tok in (llama3_tokenizer, llama3_tiktoken, deepseek_tokenizer):
         assert tok.encode_uncached(text, add_special_tokens=True) == _reference(tok, text, True)
 
 
-def test_texts_on_other_threads_encode_like_hf(llama3_tokenizer: Tokenizer) -> None:
-    # Texts on a thread other than the loading one go through that thread's own tiktoken copy.
-    texts = [f"{i} " + "".join(probe_texts(LLAMA3_SPECIALS)) * (i % 3) for i in range(6)]
+def test_texts_on_other_threads_encode_like_hf(llama3_both: Tokenizer) -> None:
+    # tiktoken: texts on a thread other than the loading one go through that thread's own copy; the native
+    # encoder is shared, and releases the GIL on long texts (the longest here, ~40 kB).
+    texts = [f"{i} " + "".join(probe_texts(LLAMA3_SPECIALS)) * (i % 3) * 4 for i in range(6)]
     with ThreadPoolExecutor(3) as pool:
-        ours = list(pool.map(lambda t: llama3_tokenizer.encode_uncached(t, add_special_tokens=True), texts))
-    assert ours == [_reference(llama3_tokenizer, t, True) for t in texts]
+        ours = list(pool.map(lambda t: llama3_both.encode_uncached(t, add_special_tokens=True), texts))
+    assert ours == [_reference(llama3_both, t, True) for t in texts]
 
 
 def test_the_loading_thread_keeps_the_verified_encoding_and_others_get_their_own(llama3_model_dir: Any) -> None:
     """The loading thread owns the verified encoding's regex pools, so it encodes with it (a copy would cost
     ~0.1 s and ~21 MB); any other thread, the event loop's included, encodes with a copy of its own, made by
     `warm_this_thread` or its first encode."""
-    tok = Tokenizer.from_file(llama3_model_dir)
+    tok = Tokenizer.from_file(llama3_model_dir, native=False)
     fast = tok._fast
     assert fast is not None
     assert fast._local.encoding is fast._encoding
@@ -124,16 +139,17 @@ def test_the_loading_thread_keeps_the_verified_encoding_and_others_get_their_own
         assert pool.submit(on_a_new_thread, False).result() == (True, _reference(tok, text, False))
 
 
-def test_lone_surrogates_are_rejected_like_hf(llama3_tokenizer: Tokenizer) -> None:
+def test_lone_surrogates_are_rejected_like_hf(llama3_both: Tokenizer) -> None:
     with pytest.raises(TypeError):
-        llama3_tokenizer.raw.encode("a\ud800b")
+        llama3_both.raw.encode("a\ud800b")
     with pytest.raises(TypeError):
-        llama3_tokenizer.encode_uncached("a\ud800b", add_special_tokens=False)
+        llama3_both.encode_uncached("a\ud800b", add_special_tokens=False)
 
 
-def test_trained_byte_level_bpe_takes_the_fast_path() -> None:
-    tok = crafted.wrap(crafted.byte_bpe())
-    assert tok.encode_path.encoder == "tiktoken", tok.encode_path.encoder_reason
+@pytest.mark.parametrize("encoder", ["native", "tiktoken"])
+def test_trained_byte_level_bpe_takes_the_fast_path(encoder: str) -> None:
+    tok = crafted.wrap(crafted.byte_bpe(), native=encoder == "native")  # it splits with Llama-3's regex
+    assert tok.encode_path.encoder == encoder, tok.encode_path.encoder_reason
     text = "The quick brown fox <|eot|> said 12345 naïve 🎉<|bos|>"
     assert tok.encode_uncached(text, add_special_tokens=True) == _reference(tok, text, True)
 
@@ -191,12 +207,13 @@ def test_declines_on_a_probe_difference() -> None:
     assert isinstance(result, str) and "differ" in result
 
 
-@pytest.fixture(scope="module")
-def overlapping() -> Tokenizer:
+@pytest.fixture(scope="module", params=["native", "tiktoken"])
+def overlapping(request: pytest.FixtureRequest) -> Tokenizer:
     # "x<|a" (second pass) can start before "<|a|>" (first pass), and some specials nest: tiktoken's own
     # special matching would get these wrong; the fast path uses Hugging Face's two-pass semantics.
-    tok = crafted.wrap(crafted.byte_bpe(crafted.OVERLAPPING, ("x<|a", "ST]x|")), cache=None)
-    assert tok.encode_path.encoder == "tiktoken", tok.encode_path.encoder_reason
+    hf = crafted.byte_bpe(crafted.OVERLAPPING, ("x<|a", "ST]x|"))
+    tok = crafted.wrap(hf, cache=None, native=request.param == "native")
+    assert tok.encode_path.encoder == request.param, tok.encode_path.encoder_reason
     return tok
 
 

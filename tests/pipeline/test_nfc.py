@@ -33,35 +33,41 @@ def _reference(tok: Tokenizer, text: str) -> list[int]:
     return list(tok.raw.encode(text, add_special_tokens=False).ids)
 
 
+@pytest.fixture(scope="module", params=["native", "tiktoken"])
+def qwen_both(request: pytest.FixtureRequest, qwen_tokenizer: Tokenizer, qwen_tiktoken: Tokenizer) -> Tokenizer:
+    """Qwen (NFC-normalizing) through either fast encoder."""
+    tok = qwen_tokenizer if request.param == "native" else qwen_tiktoken
+    assert tok.encode_path.encoder == request.param, tok.encode_path.encoder_reason
+    return tok
+
+
 def test_qwen_takes_the_fast_path(qwen_tokenizer: Tokenizer) -> None:
-    assert qwen_tokenizer.encode_path.encoder == "tiktoken", qwen_tokenizer.encode_path.encoder_reason
+    assert qwen_tokenizer.encode_path.encoder == "native", qwen_tokenizer.encode_path.encoder_reason
 
 
 @_SETTINGS
 @given(text=_nfc_text())
-def test_qwen_fast_equals_hf(qwen_tokenizer: Tokenizer, text: str) -> None:
-    assert qwen_tokenizer.encode_uncached(text, add_special_tokens=False) == _reference(qwen_tokenizer, text)
+def test_qwen_fast_equals_hf(qwen_both: Tokenizer, text: str) -> None:
+    assert qwen_both.encode_uncached(text, add_special_tokens=False) == _reference(qwen_both, text)
 
 
-def test_normalization_never_crosses_an_added_token(qwen_tokenizer: Tokenizer) -> None:
+def test_normalization_never_crosses_an_added_token(qwen_both: Tokenizer) -> None:
     # ">" + U+0338 composes to "≯" across the added token if normalized whole; Hugging Face keeps the token.
     text = "caf\u0065\u0301 <|im_end|>\u0338 na\u0308ive"
     assert not unicodedata.is_normalized("NFC", text)
-    ids = qwen_tokenizer.encode_uncached(text, add_special_tokens=False)
-    assert ids == _reference(qwen_tokenizer, text)
-    assert qwen_tokenizer.token_to_id("<|im_end|>") in ids
+    ids = qwen_both.encode_uncached(text, add_special_tokens=False)
+    assert ids == _reference(qwen_both, text)
+    assert qwen_both.token_to_id("<|im_end|>") in ids
 
 
-def test_characters_the_tables_disagree_on_go_to_hugging_face(qwen_tokenizer: Tokenizer) -> None:
+def test_characters_the_tables_disagree_on_go_to_hugging_face(qwen_both: Tokenizer) -> None:
     unsafe = nfc.unsafe_characters()
     # Python 3.11's Unicode 14 and the tokenizers crate disagree on at least U+11938's decomposition.
     found = [c for c in ("\U00011938", "\U00011935\U00011930") if unsafe.search(c)]
     if not found:
         pytest.skip("these Unicode tables agree on U+11938")
     for text in found:
-        assert qwen_tokenizer.encode_uncached(f"x{text}y", add_special_tokens=False) == _reference(
-            qwen_tokenizer, f"x{text}y"
-        )
+        assert qwen_both.encode_uncached(f"x{text}y", add_special_tokens=False) == _reference(qwen_both, f"x{text}y")
 
 
 def test_is_nfc_only() -> None:

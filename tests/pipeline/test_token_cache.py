@@ -169,10 +169,12 @@ OVERLAPPING_ALL = (*crafted.OVERLAPPING, *SECOND_PASS)
 _OVERLAPPING_CACHE = TokenizerCacheConfig(l0_max_bytes=20_000, l1_max_bytes=3_000, **DENSE)
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["tiktoken", "huggingface"])
+@pytest.fixture(scope="module", params=["native", "tiktoken", "huggingface"])
 def overlapping(request: pytest.FixtureRequest) -> Tokenizer:
     hf = crafted.byte_bpe(crafted.OVERLAPPING, SECOND_PASS)
-    tok = crafted.wrap(hf, cache=_OVERLAPPING_CACHE, fast=request.param)
+    encoder = request.param
+    tok = crafted.wrap(hf, cache=_OVERLAPPING_CACHE, fast=encoder != "huggingface", native=encoder == "native")
+    assert tok.encode_path.encoder == encoder, tok.encode_path.encoder_reason
     assert tok.encode_path.prefix_cache, tok.encode_path.prefix_cache_reason
     return tok
 
