@@ -2,11 +2,15 @@
 without a Python int per id.
 
 protobuf's own ``extend`` converts each id from a Python int and serializes it (~2.5 M instructions per 7,800
-ids, a tenth of such a request), and needs the ids as a list first. Here every id is written as a 4-byte
-varint: its four 7-bit groups, each byte but the last with the continuation bit set. That is longer than the
-shortest form (4 bytes per id instead of 2-3) but valid: every protobuf parser reads a varint up to its last
-byte, whatever its length. All ids are spread at once with Python's big-int arithmetic, each 32-bit lane of the
-array one varint: the shifts and masks never carry a bit across lanes because every id is below 2**28.
+ids, a tenth of such a request), and needs the ids as a list first. The C extension `_packed` writes each id's
+shortest varint straight from the array, as protobuf would (tens of thousands of instructions per 7,800 ids).
+
+Where it was not built (no C compiler at install), every id is written as a 4-byte varint: its four 7-bit
+groups, each byte but the last with the continuation bit set. That is longer than the shortest form (4 bytes
+per id instead of 2-3) but valid: every protobuf parser reads a varint up to its last byte, whatever its
+length. All ids are spread at once with Python's big-int arithmetic (~1.7 M instructions per 7,800 ids), each
+32-bit lane of the array one varint: the shifts and masks never carry a bit across lanes because every id is
+below 2**28.
 """
 
 from __future__ import annotations
@@ -14,6 +18,13 @@ from __future__ import annotations
 import sys
 from array import array
 from typing import Final
+
+try:
+    from node.workers import _packed
+
+    _NATIVE = True
+except ImportError:  # installed without a C compiler
+    _NATIVE = False
 
 # Per 32-bit lane: each 7-bit group in its byte; any bit an id of 2**28 or more would set.
 _GROUPS: Final = (b"\x7f\x00\x00\x00", b"\x00\x7f\x00\x00", b"\x00\x00\x7f\x00", b"\x00\x00\x00\x7f")
@@ -69,8 +80,18 @@ def field_tag(number: int) -> bytes:
 
 def packed_uint32(ids: array[int]) -> bytes | None:
     """The payload of a packed ``repeated uint32`` holding ``ids`` (4-byte items), or None when an id is
-    negative or 2**28 or more (or the machine is big-endian): the caller then lets protobuf write it."""
-    if ids.itemsize != 4 or sys.byteorder != "little":
+    negative (or, without the extension, 2**28 or more, or the machine is big-endian): the caller then lets
+    protobuf write it."""
+    if ids.itemsize != 4:
+        return None
+    if _NATIVE:
+        return _packed.packed_uint32(ids)
+    return _spread(ids)
+
+
+def _spread(ids: array[int]) -> bytes | None:
+    """`packed_uint32` without the extension: 4-byte varints (module docstring)."""
+    if sys.byteorder != "little":
         return None
     lanes = len(ids)
     if lanes == 0:
