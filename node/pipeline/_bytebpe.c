@@ -13,6 +13,10 @@
  * ("other", what alternative 4 runs over). The class table is made by the caller from tiktoken's own regex
  * engine (node/pipeline/bpe_native.py), so both agree on every code point whatever their Unicode versions.
  *
+ * Added tokens (a tokenizer's special tokens) are matched first, leftmost-longest in one scan, through a byte
+ * trie; the regex splits the text between them. Characters whose class has C_SLOW (for an NFC tokenizer: any
+ * after which the text may not be in NFC) make `encode` return None, so the caller takes its slow path.
+ *
  * Invariants: the text is valid UTF-8 (a str without lone surrogates); every single byte has a rank (the
  * caller checks); ranks are < 2**32 - 1. The encoder is immutable after __init__, so threads share it; it
  * releases the GIL for long texts (the str is immutable and referenced for the whole call).
@@ -25,6 +29,7 @@
 #define C_L 1
 #define C_N 2
 #define C_WS 4
+#define C_SLOW 8 /* the text must take the caller's slow path (e.g. it may not be in NFC): encode returns None */
 #define CLASS_COUNT 0x110000
 #define RANK_NONE 0xFFFFFFFFu
 #define GONE 0xFFFFFFFFu
@@ -40,6 +45,12 @@ typedef struct {
     uint32_t rank;
 } Slot;
 
+/* Added tokens as a byte trie: children are a linked list of siblings (few per node). */
+typedef struct {
+    int32_t child, sibling, id; /* id -1: no token ends here */
+    uint8_t byte;
+} TrieNode;
+
 typedef struct {
     PyObject_HEAD
     Slot *slots;
@@ -48,6 +59,12 @@ typedef struct {
     PyObject *classes; /* bytes, one class per code point */
     const uint8_t *cls;
     int digit_run; /* 1: \p{N}; 3: \p{N}{1,3} */
+    int has_slow;  /* some character has C_SLOW */
+    TrieNode *trie; /* node 0 is the root; NULL: no added tokens */
+    size_t trie_len;
+    uint8_t first[256]; /* bytes an added token starts with */
+    int first_count;
+    uint8_t only_first; /* the one such byte, when first_count == 1 */
 } EncoderObject;
 
 static inline uint32_t hash_bytes(const uint8_t *p, size_t n) {
@@ -321,7 +338,70 @@ static int run_regex(const EncoderObject *e, const uint8_t *s, size_t n, Out *o)
     return 0;
 }
 
-static PyObject *run(EncoderObject *self, PyObject *text, int split) {
+/* The longest added token starting at s[i], as its id (and *end), or -1. */
+static int32_t added_at(const EncoderObject *e, const uint8_t *s, size_t n, size_t i, size_t *end) {
+    int32_t node = 0, found = -1;
+    for (size_t k = i; k < n; k++) {
+        int32_t child = e->trie[node].child;
+        while (child >= 0 && e->trie[child].byte != s[k]) child = e->trie[child].sibling;
+        if (child < 0) break;
+        node = child;
+        if (e->trie[node].id >= 0) {
+            found = e->trie[node].id;
+            *end = k + 1;
+        }
+    }
+    return found;
+}
+
+/* The next position at or after i where a byte starts an added token (n if none). */
+static inline size_t next_candidate(const EncoderObject *e, const uint8_t *s, size_t n, size_t i) {
+    if (e->first_count == 1) {
+        const uint8_t *hit = memchr(s + i, e->only_first, n - i);
+        return hit ? (size_t)(hit - s) : n;
+    }
+    while (i < n && !e->first[s[i]]) i++;
+    return i;
+}
+
+/* Added tokens matched leftmost-longest in one scan, the text between them split by the regex. */
+static int encode_with_added(const EncoderObject *e, const uint8_t *s, size_t n, Out *o) {
+    size_t segment = 0, i = 0;
+    while ((i = next_candidate(e, s, n, i)) < n) {
+        size_t end;
+        int32_t id = added_at(e, s, n, i, &end);
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        if (i > segment && run_regex(e, s + segment, i - segment, o)) return -1;
+        if (push(o, (uint32_t)id)) return -1;
+        segment = i = end;
+    }
+    return segment < n ? run_regex(e, s + segment, n - segment, o) : 0;
+}
+
+/* Whether the UTF-8 text holds a character whose class has C_SLOW. */
+static int has_slow_character(const EncoderObject *e, const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int w;
+        uint32_t c = decode(s, i, &w);
+        if (e->cls[c] & C_SLOW) return 1;
+        i += w;
+    }
+    return 0;
+}
+
+/* mode 0: encode, matching added tokens and refusing C_SLOW characters; 1: encode plain text; 2: split. */
+static PyObject *run(EncoderObject *self, PyObject *text, int mode) {
+    if (!self->classes) { /* set last by a successful __init__ */
+        PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialized");
+        return NULL;
+    }
     if (!PyUnicode_Check(text)) {
         PyErr_SetString(PyExc_TypeError, "text must be a str");
         return NULL;
@@ -329,7 +409,8 @@ static PyObject *run(EncoderObject *self, PyObject *text, int split) {
     PyObject *utf8 = NULL;
     const uint8_t *s;
     Py_ssize_t n;
-    if (PyUnicode_IS_ASCII(text)) { /* its own storage is UTF-8 */
+    int ascii = PyUnicode_IS_ASCII(text);
+    if (ascii) { /* its own storage is UTF-8 */
         s = PyUnicode_DATA(text);
         n = PyUnicode_GET_LENGTH(text);
     } else {
@@ -338,19 +419,21 @@ static PyObject *run(EncoderObject *self, PyObject *text, int split) {
         s = (const uint8_t *)PyBytes_AS_STRING(utf8);
         n = PyBytes_GET_SIZE(utf8);
     }
-    Out o = {NULL, 0, 0, split};
-    int rc;
-    if (n >= RELEASE_GIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = run_regex(self, s, (size_t)n, &o);
-        Py_END_ALLOW_THREADS
-    } else {
-        rc = run_regex(self, s, (size_t)n, &o);
-    }
+    Out o = {NULL, 0, 0, mode == 2};
+    int rc = 0, slow = 0;
+    int added = mode == 0 && self->trie != NULL;
+    int check = mode == 0 && self->has_slow && !ascii;
+    PyThreadState *released = n >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    if (check) slow = has_slow_character(self, s, (size_t)n);
+    if (!slow) rc = added ? encode_with_added(self, s, (size_t)n, &o) : run_regex(self, s, (size_t)n, &o);
+    if (released) PyEval_RestoreThread(released);
     PyObject *result = NULL;
     if (rc) {
         PyErr_NoMemory();
-    } else if (!split) {
+    } else if (slow) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else if (mode != 2) {
         result = PyBytes_FromStringAndSize((const char *)o.items, (Py_ssize_t)(o.len * sizeof(uint32_t)));
     } else if ((result = PyList_New((Py_ssize_t)o.len))) {
         size_t start = 0;
@@ -366,20 +449,79 @@ static PyObject *run(EncoderObject *self, PyObject *text, int split) {
     return result;
 }
 
-static PyObject *Encoder_encode(EncoderObject *self, PyObject *text) { return run(self, text, 0); }
+static PyObject *Encoder_encode(EncoderObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "encode(text, plain=False)");
+        return NULL;
+    }
+    int plain = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+    if (plain < 0) return NULL;
+    return run(self, args[0], plain ? 1 : 0);
+}
 
-static PyObject *Encoder_split(EncoderObject *self, PyObject *text) { return run(self, text, 1); }
+static PyObject *Encoder_split(EncoderObject *self, PyObject *text) { return run(self, text, 2); }
+
+/* The trie of ``added`` (str -> id): every token non-empty, ids in [0, 2**31). */
+static int build_trie(EncoderObject *self, PyObject *added) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    size_t cap = 1;
+    while (PyDict_Next(added, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyLong_Check(value) || PyUnicode_GET_LENGTH(key) == 0) {
+            PyErr_SetString(PyExc_TypeError, "added must map non-empty str to int");
+            return -1;
+        }
+        Py_ssize_t len;
+        if (!PyUnicode_AsUTF8AndSize(key, &len)) return -1;
+        cap += (size_t)len;
+    }
+    self->trie = malloc(cap * sizeof(TrieNode));
+    if (!self->trie) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->trie[0] = (TrieNode){-1, -1, -1, 0};
+    self->trie_len = 1;
+    pos = 0;
+    while (PyDict_Next(added, &pos, &key, &value)) {
+        long id = PyLong_AsLong(value);
+        if (id < 0 || id > INT32_MAX) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "added token ids must lie in [0, 2**31)");
+            return -1;
+        }
+        Py_ssize_t len;
+        const uint8_t *bytes = (const uint8_t *)PyUnicode_AsUTF8AndSize(key, &len);
+        if (!self->first[bytes[0]]) {
+            self->first[bytes[0]] = 1;
+            self->first_count++;
+            self->only_first = bytes[0];
+        }
+        int32_t node = 0;
+        for (Py_ssize_t k = 0; k < len; k++) {
+            int32_t child = self->trie[node].child;
+            while (child >= 0 && self->trie[child].byte != bytes[k]) child = self->trie[child].sibling;
+            if (child < 0) {
+                child = (int32_t)self->trie_len++;
+                self->trie[child] = (TrieNode){-1, self->trie[node].child, -1, bytes[k]};
+                self->trie[node].child = child;
+            }
+            node = child;
+        }
+        self->trie[node].id = (int32_t)id;
+    }
+    return 0;
+}
 
 static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"ranks", "classes", "digit_run", NULL};
-    PyObject *ranks, *classes, *key, *value;
+    static char *names[] = {"ranks", "classes", "digit_run", "added", NULL};
+    PyObject *ranks, *classes, *key, *value, *added = NULL;
     int digit_run;
     if (self->slots) {
         PyErr_SetString(PyExc_RuntimeError, "Encoder is immutable");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!i", names, &PyDict_Type, &ranks, &PyBytes_Type, &classes,
-                                     &digit_run))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!i|O!", names, &PyDict_Type, &ranks, &PyBytes_Type, &classes,
+                                     &digit_run, &PyDict_Type, &added))
         return -1;
     if (PyBytes_GET_SIZE(classes) != CLASS_COUNT) {
         PyErr_SetString(PyExc_ValueError, "classes must hold one byte per code point (0x110000)");
@@ -434,14 +576,22 @@ static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwargs) {
             return -1;
         }
     }
+    if (added && PyDict_GET_SIZE(added) && build_trie(self, added) < 0) return -1;
     Py_INCREF(classes);
     self->classes = classes;
     self->cls = (const uint8_t *)PyBytes_AS_STRING(classes);
+    for (size_t c = 0; c < CLASS_COUNT; c++) {
+        if (self->cls[c] & C_SLOW) {
+            self->has_slow = 1;
+            break;
+        }
+    }
     self->digit_run = digit_run;
     return 0;
 }
 
 static void Encoder_dealloc(EncoderObject *self) {
+    free(self->trie);
     free(self->slots);
     free(self->arena);
     Py_XDECREF(self->classes);
@@ -455,26 +605,11 @@ static PyObject *Encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     return (PyObject *)self;
 }
 
-static PyObject *Encoder_encode_checked(EncoderObject *self, PyObject *text) {
-    if (!self->slots) {
-        PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialized");
-        return NULL;
-    }
-    return Encoder_encode(self, text);
-}
-
-static PyObject *Encoder_split_checked(EncoderObject *self, PyObject *text) {
-    if (!self->slots) {
-        PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialized");
-        return NULL;
-    }
-    return Encoder_split(self, text);
-}
-
 static PyMethodDef Encoder_methods[] = {
-    {"encode", (PyCFunction)Encoder_encode_checked, METH_O,
-     "encode(text) -> bytes: the ids of text as native-endian 32-bit unsigned ints"},
-    {"split", (PyCFunction)Encoder_split_checked, METH_O, "split(text) -> list[str]: the pieces the regex makes"},
+    {"encode", (PyCFunction)(void (*)(void))Encoder_encode, METH_FASTCALL,
+     "encode(text, plain=False) -> bytes | None: the ids of text as native-endian 32-bit unsigned ints. Unless\n"
+     "plain, added tokens are matched first and None is returned for a text holding a SLOW character."},
+    {"split", (PyCFunction)Encoder_split, METH_O, "split(text) -> list[str]: the pieces the regex makes"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -483,7 +618,8 @@ static PyTypeObject EncoderType = {
     .tp_name = "node.pipeline._bytebpe.Encoder",
     .tp_basicsize = sizeof(EncoderObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Encoder(ranks, classes, digit_run): byte-level BPE with the Qwen2 (1) / Llama-3 (3) split regex",
+    .tp_doc = "Encoder(ranks, classes, digit_run, added=None): byte-level BPE with the Qwen2 (digit_run 1) or\n"
+              "Llama-3 (3) split regex; added (str -> id) are matched leftmost-longest before splitting",
     .tp_new = Encoder_new,
     .tp_init = (initproc)Encoder_init,
     .tp_dealloc = (destructor)Encoder_dealloc,
@@ -506,7 +642,7 @@ PyMODINIT_FUNC PyInit__bytebpe(void) {
         return NULL;
     }
     if (PyModule_AddIntConstant(m, "L", C_L) || PyModule_AddIntConstant(m, "N", C_N)
-        || PyModule_AddIntConstant(m, "WS", C_WS)) {
+        || PyModule_AddIntConstant(m, "WS", C_WS) || PyModule_AddIntConstant(m, "SLOW", C_SLOW)) {
         Py_DECREF(m);
         return NULL;
     }

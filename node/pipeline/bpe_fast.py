@@ -190,26 +190,23 @@ class FastBpeEncoder:
             out.fromlist(self._encode_routed(text, encoding, route))
 
     def _native_into(self, text: str, out: array[int], native: _bytebpe.Encoder) -> None:
-        """`encode_into` through the native encoder: added tokens found here, the text between them native."""
+        """`encode_into` through the native encoder. In one call when it can: it matches the added tokens
+        itself (when one scan finds them where Hugging Face does) and declines a text that may not be in NFC
+        (when the tokenizer normalizes); otherwise added tokens are found here and the text between them
+        is encoded piece by piece."""
+        if self._added is not None or self._plain_only:
+            try:
+                ids = native.encode(text)
+            except UnicodeEncodeError:  # a lone surrogate: `_slow_route` sends it to Hugging Face, which rejects it
+                ids = None
+            if ids is not None:
+                out.frombytes(ids)
+                return
         route = self._slow_route(text)
         if route is _Route.FALLBACK:
             out.fromlist(self._fallback(text))
-        elif route is not None:
-            self._pieces_into(text, out, normalize=route is _Route.PIECES_NFC)
-        elif self._added is None:
-            if self._plain_only:
-                out.frombytes(native.encode(text))
-            else:
-                self._pieces_into(text, out, normalize=False)
         else:
-            ids = self._matcher.ids
-            start = 0
-            for match in self._added.finditer(text):
-                if start < match.start():
-                    out.frombytes(native.encode(text[start : match.start()]))
-                out.append(ids[match.group()])
-                start = match.end()
-            out.frombytes(native.encode(text[start:] if start else text))
+            self._pieces_into(text, out, normalize=route is _Route.PIECES_NFC)
 
     def _slow_route(self, text: str) -> _Route | None:
         """How a text that needs more than one scan for added tokens is encoded, or None if it does not."""
@@ -260,7 +257,9 @@ class FastBpeEncoder:
     def _plain_into(self, text: str, out: array[int], encoding: tiktoken.Encoding | None) -> None:
         """Append the ids of ``text`` taken as plain text (added-token text included)."""
         if self._native is not None:
-            out.frombytes(self._native.encode(text))
+            ids = self._native.encode(text, True)  # plain: never None
+            assert ids is not None
+            out.frombytes(ids)
         else:
             tiktoken_encoding = encoding if encoding is not None else self._thread_encoding()
             ids = tiktoken_encoding._core_bpe.encode_to_tiktoken_buffer(text, _NONE_ALLOWED)
@@ -333,7 +332,12 @@ def build(
     native_reason: str | None = "not requested"
     if native:
         patterns = _split_patterns(definition.get("pre_tokenizer"))
-        built = bpe_native.build(patterns if isinstance(patterns, list) else [], encoding._mergeable_ranks)
+        built = bpe_native.build(
+            patterns if isinstance(patterns, list) else [],
+            encoding._mergeable_ranks,
+            added=matcher.ids if single_pass else None,
+            normalizes=nfc_unsafe is not None,
+        )
         if isinstance(built, str):
             native_reason = built
         else:

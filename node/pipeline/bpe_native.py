@@ -25,6 +25,8 @@ from typing import Final
 
 import tiktoken
 
+from node.pipeline import nfc
+
 try:
     from node.pipeline import _bytebpe
 
@@ -67,11 +69,31 @@ def character_classes() -> bytes:
     return bytes(table)
 
 
-def build(patterns: Sequence[str], ranks: Mapping[bytes, int]) -> _bytebpe.Encoder | str:
+@functools.cache
+def _nfc_classes() -> bytes:
+    """`character_classes` with SLOW on every `nfc.suspects` character: for a tokenizer that normalizes to NFC,
+    a text holding none is in NFC already, so the encoder takes it as it is; any other text is returned to
+    `bpe_fast`, which normalizes it (or leaves it to Hugging Face)."""
+    table = bytearray(character_classes())
+    for code in nfc.suspects():
+        table[code] |= _bytebpe.SLOW
+    return bytes(table)
+
+
+def build(
+    patterns: Sequence[str],
+    ranks: Mapping[bytes, int],
+    *,
+    added: Mapping[str, int] | None = None,
+    normalizes: bool = False,
+) -> _bytebpe.Encoder | str:
     """The native encoder for a tokenizer that splits with ``patterns`` (its Split regexes, in order) and
-    merges by ``ranks``, or why there is none."""
+    merges by ``ranks``, or why there is none. ``added``: tokens matched leftmost-longest in one scan before
+    splitting (pass them only when that is how Hugging Face finds them). ``normalizes``: the tokenizer
+    NFC-normalizes, so texts that may not be in NFC come back as None from `encode`."""
     if not _BUILT:
         return "the native encoder is not built (no C compiler at install)"
     if len(patterns) != 1 or patterns[0] not in _DIGIT_RUNS:
         return "the split regex is neither Qwen2's nor Llama-3's"
-    return _bytebpe.Encoder(dict(ranks), character_classes(), _DIGIT_RUNS[patterns[0]])
+    classes = _nfc_classes() if normalizes else character_classes()
+    return _bytebpe.Encoder(dict(ranks), classes, _DIGIT_RUNS[patterns[0]], dict(added or {}))

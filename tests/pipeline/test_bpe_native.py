@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import string
+import unicodedata
 from array import array
 from dataclasses import dataclass
 from itertools import chain
@@ -14,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Regex, pre_tokenizers
+from tokenizers import normalizers as hf_normalizers
 
 from bench import corpora
-from node.pipeline import _bytebpe, bpe_native
+from node.pipeline import _bytebpe, bpe_native, nfc
 from node.pipeline.tokenizer import Tokenizer
 
 _SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,9 +72,13 @@ def _tiktoken_ids(case: Case, text: str) -> list[int]:
     return list(case.tok._fast._encoding.encode_ordinary(text))
 
 
-def _ids(native: _bytebpe.Encoder, text: str) -> list[int]:
+def _ids(native: _bytebpe.Encoder, text: str, *, plain: bool = True) -> list[int] | None:
+    """The ids as plain text (``plain``), or with added tokens matched and SLOW characters declined (None)."""
+    ids = native.encode(text, plain)
+    if ids is None:
+        return None
     out = array("I")
-    out.frombytes(native.encode(text))
+    out.frombytes(ids)
     return out.tolist()
 
 
@@ -168,9 +174,66 @@ def test_bad_arguments_raise() -> None:
     with pytest.raises(RuntimeError, match="not initialized"):
         _bytebpe.Encoder.__new__(_bytebpe.Encoder).encode("x")
     assert _ids(encoder, "ab c") == [97, 98, 32, 99]
+    with pytest.raises(TypeError, match="non-empty str"):
+        _bytebpe.Encoder(ranks, classes, 1, {"": 5})
+    with pytest.raises(ValueError, match="2\\*\\*31"):
+        _bytebpe.Encoder(ranks, classes, 1, {"<x>": -1})
 
 
 def test_other_split_regexes_keep_tiktoken(deepseek_tokenizer: Tokenizer) -> None:
     assert deepseek_tokenizer.encode_path.encoder == "tiktoken"
     assert deepseek_tokenizer.encode_path.encoder_reason == "the split regex is neither Qwen2's nor Llama-3's"
     assert isinstance(bpe_native.build([bpe_native.QWEN2_SPLIT, r"\p{N}+"], {}), str)
+
+
+def test_added_tokens_are_matched_leftmost_longest_before_splitting() -> None:
+    ranks = {bytes([b]): b for b in range(256)}
+    added = {"<a>": 1000, "<a>>": 1001, "<b": 1002, "b>": 1003}
+    encoder = _bytebpe.Encoder(ranks, bpe_native.character_classes(), 1, added)
+    # leftmost first ("<b" before "b>"), then the longest at a position ("<a>>" over "<a>")
+    assert _ids(encoder, "x<b>y<a>>z<a>", plain=False) == [120, 1002, 62, 121, 1001, 122, 1000]
+    assert _ids(encoder, "x<b>y", plain=True) == [120, 60, 98, 62, 121]  # plain: no added tokens
+    assert _ids(encoder, "<a", plain=False) == [60, 97]  # a prefix of a token is text
+
+
+def test_llama3_with_its_added_tokens_encodes_as_hugging_face_does(llama3_tokenizer: Tokenizer) -> None:
+    assert llama3_tokenizer._fast is not None and llama3_tokenizer._fast._native is not None
+    native = llama3_tokenizer._fast._native
+    text = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi <|eot_id|x <|eot_id|><|eot_id|>"
+    assert _ids(native, text, plain=False) == list(llama3_tokenizer.raw.encode(text, add_special_tokens=False).ids)
+
+
+def test_an_nfc_tokenizer_declines_texts_that_may_not_be_in_nfc(qwen_tokenizer: Tokenizer) -> None:
+    assert qwen_tokenizer._fast is not None and qwen_tokenizer._fast._native is not None
+    native = qwen_tokenizer._fast._native
+    assert _ids(native, "café naïve — ok", plain=False) is not None  # precomposed: in NFC
+    assert _ids(native, "cafe\u0301", plain=False) is None  # a combining mark
+    assert _ids(native, "\u1100\u1161", plain=False) is None  # Hangul jamo that compose
+    assert _ids(native, "cafe\u0301", plain=True) is not None  # plain: the caller normalized already
+
+
+_NOT_SUSPECT = [c for c in _BMP[0x80:0x3400] if ord(c) not in nfc.suspects()]
+
+
+@_SETTINGS
+@given(text=st.lists(st.sampled_from([*_NOT_SUSPECT, "a", " ", "가"]), max_size=30).map("".join))
+def test_a_text_without_suspects_is_in_nfc_on_both_sides(text: str) -> None:
+    # What lets the native encoder take such a text as it is: neither side's NFC changes it.
+    assert unicodedata.is_normalized("NFC", text)
+    assert hf_normalizers.NFC().normalize_str(text) == text
+
+
+def test_every_pair_nfc_composes_holds_a_suspect() -> None:
+    # Exhaustive for the compositions in Python's tables; Hangul composes by rule (V and T are suspects).
+    suspects = nfc.suspects()
+    for code in range(0x80, 0x110000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        decomposition = unicodedata.decomposition(chr(code))
+        if not decomposition or decomposition.startswith("<") or len(decomposition.split()) != 2:
+            continue
+        first, second = (int(part, 16) for part in decomposition.split())
+        pair = chr(first) + chr(second)
+        if unicodedata.normalize("NFC", pair) != pair:
+            assert first in suspects or second in suspects, f"U+{code:04X}"
+    assert all(jamo in suspects for jamo in (0x1161, 0x1175, 0x11A8, 0x11C2))
