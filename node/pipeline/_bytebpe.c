@@ -36,7 +36,11 @@
 /* Shorter texts encode in a few microseconds: dropping the GIL would only invite a thread switch. */
 #define RELEASE_GIL_BYTES 4096
 /* Pieces up to this many bytes merge by tiktoken's linear scan; longer ones through a heap (O(n log n)). */
-#define SCAN_MERGE_MAX 128
+#define SCAN_MERGE_MAX 64
+/* Merged pieces are remembered (direct-mapped, by hash): words recur, and merging is most of the encode. */
+#define CACHE_ENTRIES 8192
+#define CACHE_KEY_MAX 24
+#define CACHE_IDS_MAX 8
 
 typedef struct {
     uint32_t hash; /* 0: empty slot */
@@ -52,7 +56,16 @@ typedef struct {
 } TrieNode;
 
 typedef struct {
+    uint32_t hash; /* 0: empty */
+    uint8_t len, count;
+    uint8_t key[CACHE_KEY_MAX];
+    uint32_t ids[CACHE_IDS_MAX];
+} CacheEntry;
+
+typedef struct {
     PyObject_HEAD
+    CacheEntry *cache; /* allocated on first use; used by one call at a time (cache_busy) */
+    int cache_busy;
     Slot *slots;
     uint32_t mask;
     uint8_t *arena;
@@ -77,13 +90,24 @@ static inline uint32_t hash_bytes(const uint8_t *p, size_t n) {
     return (uint32_t)h | 1u;
 }
 
-static inline uint32_t lookup(const EncoderObject *e, const uint8_t *p, size_t n) {
-    uint32_t h = hash_bytes(p, n);
+static inline int same_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
+    if (n > 16) return memcmp(a, b, n) == 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != b[i]) return 0;
+    }
+    return 1;
+}
+
+static inline uint32_t lookup_hashed(const EncoderObject *e, const uint8_t *p, size_t n, uint32_t h) {
     for (uint32_t i = h & e->mask;; i = (i + 1) & e->mask) {
         const Slot *s = &e->slots[i];
         if (s->hash == 0) return RANK_NONE;
-        if (s->hash == h && s->len == n && memcmp(e->arena + s->off, p, n) == 0) return s->rank;
+        if (s->hash == h && s->len == n && same_bytes(e->arena + s->off, p, n)) return s->rank;
     }
+}
+
+static inline uint32_t lookup(const EncoderObject *e, const uint8_t *p, size_t n) {
+    return lookup_hashed(e, p, n, hash_bytes(p, n));
 }
 
 /* The code point at s[i] (valid UTF-8); *w gets its length in bytes. */
@@ -104,7 +128,8 @@ static inline uint32_t decode(const uint8_t *s, size_t i, int *w) {
 typedef struct {
     uint32_t *items;
     size_t len, cap;
-    int split; /* record piece ends instead of encoding */
+    int split;         /* record piece ends instead of encoding */
+    CacheEntry *cache; /* this call's to use, or NULL */
 } Out;
 
 static inline int push(Out *o, uint32_t v) {
@@ -240,9 +265,27 @@ done:
 /* One piece: a token itself (most words), else merged byte by byte. */
 static inline int emit(const EncoderObject *e, const uint8_t *p, size_t n, size_t end, Out *o) {
     if (o->split) return push(o, (uint32_t)end);
-    uint32_t r = lookup(e, p, n);
+    uint32_t h = hash_bytes(p, n);
+    uint32_t r = lookup_hashed(e, p, n, h);
     if (r != RANK_NONE) return push(o, r);
-    return n > SCAN_MERGE_MAX ? merge_heap(e, p, n, o) : merge_scan(e, p, n, o);
+    if (n > SCAN_MERGE_MAX) return merge_heap(e, p, n, o);
+    CacheEntry *slot = o->cache && n <= CACHE_KEY_MAX ? &o->cache[h & (CACHE_ENTRIES - 1)] : NULL;
+    if (slot && slot->hash == h && slot->len == n && same_bytes(slot->key, p, n)) {
+        for (int k = 0; k < slot->count; k++) {
+            if (push(o, slot->ids[k])) return -1;
+        }
+        return 0;
+    }
+    size_t before = o->len;
+    if (merge_scan(e, p, n, o)) return -1;
+    if (slot && o->len - before <= CACHE_IDS_MAX) {
+        slot->hash = h;
+        slot->len = (uint8_t)n;
+        slot->count = (uint8_t)(o->len - before);
+        memcpy(slot->key, p, n);
+        memcpy(slot->ids, o->items + before, (o->len - before) * sizeof(uint32_t));
+    }
+    return 0;
 }
 
 #define IS_OTHER(k) (((k) & (C_L | C_N | C_WS)) == 0)
@@ -419,7 +462,14 @@ static PyObject *run(EncoderObject *self, PyObject *text, int mode) {
         s = (const uint8_t *)PyBytes_AS_STRING(utf8);
         n = PyBytes_GET_SIZE(utf8);
     }
-    Out o = {NULL, 0, 0, mode == 2};
+    Out o = {NULL, 0, 0, mode == 2, NULL};
+    /* The cache serves one call at a time: a call that finds it taken (another thread, GIL released) merges
+       without it. Taken and given back while holding the GIL or not, hence the atomics. */
+    int took_cache = mode != 2 && !__atomic_exchange_n(&self->cache_busy, 1, __ATOMIC_ACQUIRE);
+    if (took_cache) {
+        if (!self->cache) self->cache = calloc(CACHE_ENTRIES, sizeof(CacheEntry));
+        o.cache = self->cache;
+    }
     int rc = 0, slow = 0;
     int added = mode == 0 && self->trie != NULL;
     int check = mode == 0 && self->has_slow && !ascii;
@@ -427,6 +477,7 @@ static PyObject *run(EncoderObject *self, PyObject *text, int mode) {
     if (check) slow = has_slow_character(self, s, (size_t)n);
     if (!slow) rc = added ? encode_with_added(self, s, (size_t)n, &o) : run_regex(self, s, (size_t)n, &o);
     if (released) PyEval_RestoreThread(released);
+    if (took_cache) __atomic_store_n(&self->cache_busy, 0, __ATOMIC_RELEASE);
     PyObject *result = NULL;
     if (rc) {
         PyErr_NoMemory();
@@ -591,6 +642,7 @@ static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 static void Encoder_dealloc(EncoderObject *self) {
+    free(self->cache);
     free(self->trie);
     free(self->slots);
     free(self->arena);

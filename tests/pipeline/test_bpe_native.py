@@ -129,9 +129,20 @@ def _long_pieces() -> list[str]:
 
 
 def test_long_pieces_merge_as_tiktoken_does(case: Case) -> None:
-    """Pieces over 128 bytes take the heap; their ids must still be tiktoken's."""
+    """Pieces over 64 bytes take the heap; their ids must still be tiktoken's."""
     for text in _long_pieces():
         assert _ids(case.native, text) == _tiktoken_ids(case, text), text[:20]
+
+
+def test_remembered_merges_give_the_same_ids(case: Case) -> None:
+    """Merged words are cached by hash (direct-mapped, up to 24 bytes and 8 ids): a repeat, a word sharing a
+    slot, a prefix or extension of a cached word, and words too long to cache all keep tiktoken's ids."""
+    rng = random.Random(3)
+    words = ["".join(rng.choice("qxzjkvwbf") for _ in range(rng.randrange(2, 30))) for _ in range(3000)]
+    words += [w[:-1] for w in words[:200]] + [w + "q" for w in words[:200]]
+    text = " ".join(words)
+    first = _ids(case.native, text)
+    assert first == _ids(case.native, text) == _tiktoken_ids(case, text)
 
 
 def test_a_megabyte_of_letters_encodes_in_linear_time(case: Case) -> None:
