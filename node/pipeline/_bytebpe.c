@@ -17,9 +17,11 @@
  * trie; the regex splits the text between them. Characters whose class has C_SLOW (for an NFC tokenizer: any
  * after which the text may not be in NFC) make `encode` return None, so the caller takes its slow path.
  *
- * Invariants: the text is valid UTF-8 (a str without lone surrogates); every single byte has a rank (the
- * caller checks); ranks are < 2**32 - 1. The encoder is immutable after __init__, so threads share it; it
- * releases the GIL for long texts (the str is immutable and referenced for the whole call).
+ * Invariants: the text is valid UTF-8 (a str without lone surrogates); every single byte has a rank (checked
+ * at init); ranks are < 2**32 - 1. The encoder is immutable after __init__ but for its cache of merged
+ * pieces, which one call at a time holds (an atomic flag), so threads share it; it releases the GIL for long
+ * texts (the str is immutable and referenced for the whole call). Memory: the vocabulary's hash table (16
+ * bytes a slot, at most half full) and bytes and the trie, fixed at init; the 512 kB cache, on first use.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,7 +38,9 @@
 /* Shorter texts encode in a few microseconds: dropping the GIL would only invite a thread switch. */
 #define RELEASE_GIL_BYTES 4096
 /* Pieces up to this many bytes merge by tiktoken's linear scan; longer ones through a heap (O(n log n)). */
-#define SCAN_MERGE_MAX 64
+#define SCAN_MERGE_MAX 24
+/* The heap's arrays live on the stack up to this many bytes (~8 kB). */
+#define HEAP_LOCAL_MAX 256
 /* Merged pieces are remembered (direct-mapped, by hash): words recur, and merging is most of the encode. */
 #define CACHE_ENTRIES 8192
 #define CACHE_KEY_MAX 24
@@ -221,9 +225,13 @@ static Cand heap_pop(Cand *h, size_t *len) {
    parts form a linked list over byte offsets; candidate merges wait in a heap ordered by (rank, start),
    which is "lowest rank, leftmost on ties"; an entry is stale, and skipped, once its parts changed. */
 static int merge_heap(const EncoderObject *e, const uint8_t *p, size_t n, Out *o) {
-    uint32_t *next = malloc((n + 1) * sizeof(uint32_t)); /* next[i]: end of the part starting at i, or GONE */
-    uint32_t *prev = malloc((n + 1) * sizeof(uint32_t)); /* prev[i]: start of the part before it */
-    Cand *heap = malloc(3 * n * sizeof(Cand));           /* n - 1 pairs, then at most 2 per merge */
+    uint32_t next_local[HEAP_LOCAL_MAX + 1], prev_local[HEAP_LOCAL_MAX + 1];
+    Cand heap_local[3 * HEAP_LOCAL_MAX];
+    int local = n <= HEAP_LOCAL_MAX; /* most pieces: no allocation */
+    /* next[i]: end of the part starting at i, or GONE; prev[i]: start of the part before it */
+    uint32_t *next = local ? next_local : malloc((n + 1) * sizeof(uint32_t));
+    uint32_t *prev = local ? prev_local : malloc((n + 1) * sizeof(uint32_t));
+    Cand *heap = local ? heap_local : malloc(3 * n * sizeof(Cand)); /* n - 1 pairs, then at most 2 per merge */
     size_t hl = 0;
     int rc = 0;
     if (!next || !prev || !heap) { rc = -1; goto done; }
@@ -256,9 +264,11 @@ static int merge_heap(const EncoderObject *e, const uint8_t *p, size_t n, Out *o
         if (push(o, lookup(e, p + i, next[i] - i))) { rc = -1; break; }
     }
 done:
-    free(next);
-    free(prev);
-    free(heap);
+    if (!local) {
+        free(next);
+        free(prev);
+        free(heap);
+    }
     return rc;
 }
 

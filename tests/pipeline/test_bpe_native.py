@@ -129,7 +129,7 @@ def _long_pieces() -> list[str]:
 
 
 def test_long_pieces_merge_as_tiktoken_does(case: Case) -> None:
-    """Pieces over 64 bytes take the heap; their ids must still be tiktoken's."""
+    """Pieces over 24 bytes take the heap; their ids must still be tiktoken's."""
     for text in _long_pieces():
         assert _ids(case.native, text) == _tiktoken_ids(case, text), text[:20]
 
