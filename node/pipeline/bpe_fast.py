@@ -24,6 +24,10 @@ with special tokens matched first. A tokenizer.json qualifies when its pipeline 
   tiktoken matches them itself in one call; otherwise `special_tokens.AddedTokenMatcher` splits the
   text and the pieces between added tokens go to ``encode_ordinary``.
 
+For the split regexes of Qwen2 and Llama-3, `bpe_native`'s C encoder takes tiktoken's place for the text
+(same ids, 3-7x faster on most text; verified against Hugging Face here like tiktoken); tiktoken remains for
+every other regex and where the extension was not built.
+
 Structure is necessary, not sufficient (regex engines differ in corner cases), so `build` also compares
 ids with Hugging Face on the probe corpus and declines on any difference.
 
@@ -209,7 +213,8 @@ class FastBpeEncoder:
             self._pieces_into(text, out, normalize=route is _Route.PIECES_NFC)
 
     def _slow_route(self, text: str) -> _Route | None:
-        """How a text that needs more than one scan for added tokens is encoded, or None if it does not."""
+        """The slower way a text must take whatever its added tokens (a lone surrogate: Hugging Face; with
+        NFC, an unsafe character: Hugging Face, or a text not in NFC: normalized piece by piece), or None."""
         if not text.isascii():  # ASCII is NFC and holds no surrogate
             if _SURROGATE.search(text):
                 # tiktoken silently replaces lone surrogates; Hugging Face rejects them. Keep its behavior.
