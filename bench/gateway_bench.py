@@ -75,6 +75,7 @@ class BenchConfig:
     folder: Folder = "llama3"
     corpus: Corpus = "synthetic"
     api: str = "chat"  # the API driven: "chat" (/v1/chat/completions) or "messages" (/v1/messages)
+    node_args: tuple[str, ...] = ()  # extra `smg-node serve` flags (e.g. --processes 1)
 
     def points(self) -> list[Point]:
         return [
@@ -123,7 +124,8 @@ def run_gateway(
     """
     port = launch.free_port()
     base_url = f"http://127.0.0.1:{port}"
-    cmd = launch.GATEWAY_COMMANDS[gateway](port, worker_url, model_dir)
+    extra = config.node_args if gateway == report.NODE else ()
+    cmd = launch.GATEWAY_COMMANDS[gateway](port, worker_url, model_dir, extra)
     log_path = log_dir / f"{gateway}-rep{repetition}.log"
     runs: list[PointRun] = []
     with launch.running(gateway, cmd, log_path) as service:
@@ -286,6 +288,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[BenchConfig, argparse.Namesp
     parser.add_argument("--corpus", choices=CORPORA, help="prompt text (bench/corpora.py) [synthetic]")
     parser.add_argument("--results", action="store_true", help=f"rewrite the generated table in {RESULTS_PATH}")
     parser.add_argument("--api", choices=("chat", "messages"), help="the API driven [chat]")
+    parser.add_argument(
+        "--node-arg", action="append", default=[], help="extra smg-node serve flag, e.g. --node-arg=--processes=1"
+    )
     args = parser.parse_args(argv)
     if args.results and args.api == "messages":
         parser.error("--results writes the Chat Completions table; run --api messages without it")
@@ -312,6 +317,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[BenchConfig, argparse.Namesp
         value = getattr(args, arg)
         if value is not None:
             overrides[name] = value
+    if args.node_arg:
+        overrides["node_args"] = tuple(args.node_arg)
     return replace(config, **overrides), args  # type: ignore[arg-type]
 
 

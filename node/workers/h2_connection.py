@@ -36,6 +36,7 @@ from node.workers.grpc_wire import (
 _DATA = f.DATA
 _FLAG_PADDED = f.FLAG_PADDED
 _FLAG_END_STREAM = f.FLAG_END_STREAM
+_GRPC_PREFIX_SIZE = f.GRPC_PREFIX_SIZE
 
 #: Receive windows are topped up once this much was consumed from them (a quarter of 2 GiB: rare updates).
 WINDOW_REFILL = 1 << 29
@@ -201,11 +202,32 @@ class H2Connection:
         if self.closed is not None:
             return []
         try:
-            frames = self._frames.feed(data)
+            frames = self._frames.feed_messages(data, self._max_message_bytes)
             # Counted per read, not per frame (the keepalive only asks whether anything arrived).
             self.frames_received += len(frames)
+            streams = self._streams
             for fr in frames:
-                if fr.kind == _DATA and self._header_block is None:  # a token's message: the one hot kind
+                if not isinstance(fr, f.Frame):  # a DATA frame of one whole message: a streamed token, the hot kind
+                    sid, message = fr
+                    stream = streams.get(sid)
+                    if (
+                        stream is None
+                        or stream.http_status is None
+                        or self._header_block is not None
+                        or stream._reader.partial
+                    ):  # an unknown or reset stream, an interrupted header block, a message already begun
+                        self._receive_frame(f.Frame(_DATA, 0, sid, f.grpc_prefixed(message)), changed)
+                        continue
+                    self.data_frames_received += 1
+                    size = len(message) + _GRPC_PREFIX_SIZE
+                    self._recv_unacked += size
+                    stream._recv_unacked += size
+                    if stream._recv_unacked >= WINDOW_REFILL:
+                        self._out.append(f.window_update_frame(sid, stream._recv_unacked))
+                        stream._recv_unacked = 0
+                    stream.messages.append(message)
+                    changed[sid] = stream
+                elif fr.kind == _DATA and self._header_block is None:
                     self._on_data(fr, changed)
                 else:
                     self._receive_frame(fr, changed)

@@ -64,6 +64,14 @@ HEADER_SIZE = 9
 _U32 = struct.Struct(">I")
 _U16_U32 = struct.Struct(">HI")
 _U32_U32 = struct.Struct(">II")
+#: A gRPC message's prefix: the compressed flag and the length (grpc_wire.PREFIX_SIZE; framing knows no more
+#: of gRPC than `feed_messages` needs, so the one number is repeated rather than imported).
+GRPC_PREFIX_SIZE = 5
+
+try:
+    from node.workers._rx import frames as _c_frames
+except ImportError:  # installed without a C compiler: the Python loop does it all
+    _c_frames = None  # type: ignore[assignment]
 
 
 class FrameError(Exception):
@@ -90,6 +98,11 @@ _new_frame = tuple.__new__
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     return (len(payload) << 8 | kind).to_bytes(4, "big") + bytes((flags,)) + _U32.pack(stream_id) + payload
+
+
+def grpc_prefixed(message: bytes) -> bytes:
+    """An uncompressed gRPC message with its prefix again: the DATA payload `feed_messages` took it from."""
+    return b"\0" + _U32.pack(len(message)) + message
 
 
 def settings_frame(settings: dict[int, int]) -> bytes:
@@ -170,3 +183,41 @@ class FrameReader:
             frames.append(_new_frame(Frame, (kind, flags, stream_id, bytes(buf[start:pos]))))
         del buf[:pos]
         return frames
+
+    def feed_messages(self, data: bytes, max_message: int) -> list[Frame | tuple[int, bytes]]:
+        """Like `feed`, but a DATA frame without flags whose payload is exactly one uncompressed gRPC message
+        of at most ``max_message`` bytes (a streamed token's frame: the one hot kind) comes out as
+        ``(stream_id, message)``, the message without its 5-byte prefix. Order is kept; a caller tells the two
+        apart by ``isinstance(item, Frame)``. The C extension `_rx` does the run of whole frames; this loop does
+        what it leaves (a frame above the size limit raises here), and all of it where the extension is absent."""
+        buf = self._buf
+        buf += data
+        pos = 0
+        items: list[Frame | tuple[int, bytes]] = []
+        if _c_frames is not None:
+            pos, items = _c_frames(buf, self._max_size, max_message, Frame)
+        end = len(buf)
+        while end - pos >= HEADER_SIZE:
+            head = _U32_U32.unpack_from(buf, pos)
+            length = head[0] >> 8
+            if length > self._max_size:
+                raise FrameError(f"frame of {length} bytes exceeds {self._max_size}", FRAME_SIZE_ERROR)
+            start = pos + HEADER_SIZE
+            if end - start < length:
+                break
+            kind = head[0] & 0xFF
+            flags = head[1] >> 24
+            stream_id = ((head[1] & 0xFFFFFF) << 8 | buf[pos + 8]) & 0x7FFFFFFF
+            pos = start + length
+            if (
+                kind == DATA
+                and not flags
+                and length >= GRPC_PREFIX_SIZE
+                and buf[start] == 0
+                and _U32.unpack_from(buf, start + 1)[0] == length - GRPC_PREFIX_SIZE <= max_message
+            ):
+                items.append((stream_id, bytes(buf[start + GRPC_PREFIX_SIZE : pos])))
+            else:
+                items.append(_new_frame(Frame, (kind, flags, stream_id, bytes(buf[start:pos]))))
+        del buf[:pos]
+        return items

@@ -43,6 +43,11 @@ from node.workers.worker_address import (
 )
 from node.workers.worker_url import NetworkPolicy, parse_target
 
+try:
+    from node.workers._rx import chunks as _plain_chunks
+except ImportError:  # installed without a C compiler: protobuf parses every message
+    _plain_chunks = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
 
 # Prompts of 128k tokens are ~0.5 MB of varints; logprobs and snapshots can be larger. Bounded, not unlimited.
@@ -155,6 +160,12 @@ def _outputs(batch: list[bytes], parse: Any, merge: bool) -> list[WorkerOutput]:
     (vLLM's final message repeats the last chunk's ids: the Output stage and the worker contract compare it
     with the last chunk as sent). Every message is still parsed on its own (a malformed one fails as alone);
     what is saved is a WorkerOutput, a contract check and an Output step per message."""
+    if _plain_chunks is not None:
+        # The C decoder takes a batch of plain chunks (ids and counts only: a streamed token's message) and
+        # builds the same outputs, merged the same way; anything else it declines, and protobuf parses below.
+        plain: list[WorkerOutput] | None = _plain_chunks(batch, WorkerOutput, merge)
+        if plain is not None:
+            return plain
     if not merge or len(batch) < 3:
         return [_output(parse(data)) for data in batch]
     outs: list[WorkerOutput] = []
