@@ -162,6 +162,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node.app import RunningNode, run_node
     from node.cluster.keys import KeyFileReload
     from node.gc_tuning import tune_for_serving
+    from node.gil_tuning import tune_gil_for_serving
 
     async def main(stop: asyncio.Event) -> None:
         hangup = KeyFileReload(config.cluster.mesh_key_file)
@@ -182,6 +183,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         async with run_node(config) as node:
             serving.append(node)
             tune_for_serving()  # start-up is over: what it left lives as long as the process
+            tune_gil_for_serving()
             print(f"smg-node serving {node.model.name!r} on {node.url}", flush=True)
             with hangup.serving(node.mesh):
                 await stop.wait()
