@@ -16,6 +16,12 @@ Per point: a closed loop of ``concurrency`` users for ``--duration-s`` (requests
 req/s and output tok/s are completed work over that whole wall time. Gateway CPU is the gateway process
 tree's utime+stime over the point (idle background work included) divided by completed requests.
 The load generator, the worker and the gateway share the machine's cores.
+
+smg-node runs with its defaults (plus any ``--node-arg``): with the in-memory history it serves from one
+process whatever ``--processes`` says (it logs so at start-up), so comparing process counts needs
+``--node-arg=--history-backend=redis`` or postgres. On a noisy machine two runs an hour apart have differed
+by ~20 % in a ratio: compare settings within one run's repetitions, or by instruction counts
+(`bench.instructions`).
 """
 
 from __future__ import annotations
