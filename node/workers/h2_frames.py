@@ -7,7 +7,7 @@ ignores them, as the RFC requires.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -163,26 +163,8 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Every frame completed by ``data``, in order. Raises FrameError on a frame above the size limit."""
-        buf = self._buf
-        buf += data
-        frames: list[Frame] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= HEADER_SIZE:
-            head = _U32_U32.unpack_from(buf, pos)
-            length = head[0] >> 8
-            if length > self._max_size:
-                raise FrameError(f"frame of {length} bytes exceeds {self._max_size}", FRAME_SIZE_ERROR)
-            start = pos + HEADER_SIZE
-            if end - start < length:
-                break
-            kind = head[0] & 0xFF
-            flags = head[1] >> 24
-            stream_id = ((head[1] & 0xFFFFFF) << 8 | buf[pos + 8]) & 0x7FFFFFFF
-            pos = start + length
-            frames.append(_new_frame(Frame, (kind, flags, stream_id, bytes(buf[start:pos]))))
-        del buf[:pos]
-        return frames
+        # No message is at most -1 bytes long: every item is a Frame.
+        return cast(list[Frame], self.feed_messages(data, -1))
 
     def feed_messages(self, data: bytes, max_message: int) -> list[Frame | tuple[int, bytes]]:
         """Like `feed`, but a DATA frame without flags whose payload is exactly one uncompressed gRPC message

@@ -89,6 +89,12 @@ def test_frames_match_the_python_loop_whatever_the_cuts(
             assert item == f.Frame(kind, flags, sid & 0x7FFFFFFF, payload)
 
 
+def test_feed_returns_a_streamed_tokens_data_frame_as_the_frame_it_is() -> None:
+    wire = f.frame(f.DATA, 0, 3, encode_message(b"tok"))
+    assert f.FrameReader().feed(wire) == [f.Frame(f.DATA, 0, 3, encode_message(b"tok"))]
+    assert type(f.FrameReader().feed(wire)[0]) is f.Frame
+
+
 def test_a_frame_above_the_limit_raises_as_before() -> None:
     reader = f.FrameReader(max_frame_size=100)
     wire = f.frame(f.DATA, 0, 1, encode_message(b"a")) + f.frame(f.DATA, 0, 1, b"x" * 101)
