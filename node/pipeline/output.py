@@ -123,7 +123,7 @@ class OutputProcessor:
         self._offset = index_offset
         self.usage = Usage(prompt_tokens=len(spec.prompt_ids))
         n = spec.params.n
-        stop_set = StopSet(spec.stops)  # built once, shared by the n choices' matchers
+        stop_set = StopSet(spec.stops) if spec.stops else None  # built once, shared by the n choices' matchers
         plan = spec.parsing
         context = spec.prompt_ids[-PROMPT_CONTEXT_IDS:]
         # The parsers' special-token delimiters are decoded even when the client skips special tokens.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from node.pipeline.parsers.argstream import ArgStream, CallStream, StreamRule
 from node.pipeline.parsers.calls import CallEmitter, ParsedCall, ToolOptions
 from node.pipeline.parsers.events import ContentDelta, Event
-from node.pipeline.parsers.markers import MarkerSet
+from node.pipeline.parsers.markers import marker_set
 
 BlockParse = Callable[[str, CallEmitter], Sequence[ParsedCall] | None]
 
@@ -64,9 +64,9 @@ class BlockToolParser:
         self._fmt = fmt
         self._calls = CallEmitter(options)
         self._max = options.max_call_chars
-        self._content_markers = MarkerSet([fmt.section_begin or fmt.call_begin])
-        self._section_markers = MarkerSet([fmt.call_begin, fmt.section_end or ""])
-        self._call_markers = MarkerSet([fmt.call_end or fmt.call_begin])
+        self._content_markers = marker_set(fmt.section_begin or fmt.call_begin)
+        self._section_markers = marker_set(fmt.call_begin, fmt.section_end or "")
+        self._call_markers = marker_set(fmt.call_end or fmt.call_begin)
         self._state = _CONTENT
         self._buf = ""
         self._open_raw = ""  # a section marker (and blanks after it) held back while its section has no call yet

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from node.pipeline.parsers.events import ContentDelta, Event, ReasoningDelta
-from node.pipeline.parsers.markers import MarkerSet
+from node.pipeline.parsers.markers import marker_set
 
 THINK_START: Final = "<think>"
 THINK_END: Final = "</think>"
@@ -32,8 +32,8 @@ class ThinkParser:
     __slots__ = ("_buf", "_end", "_start", "_state")
 
     def __init__(self, *, in_reasoning: bool = False, start: str = THINK_START, end: str = THINK_END) -> None:
-        self._start = MarkerSet([start])
-        self._end = MarkerSet([end])
+        self._start = marker_set(start)
+        self._end = marker_set(end)
         self._state = _INSIDE if in_reasoning else _BEFORE
         self._buf = ""
 
