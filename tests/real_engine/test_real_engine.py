@@ -143,7 +143,7 @@ async def test_client_disconnect_aborts_the_engine_request(front: Front) -> None
     # The client is gone after one chunk of 2,000 tokens (a ~20 s answer for the tiny model on these cores):
     # the node must abort, and the engine drop the request long before the answer could end on its own.
     # 10 s, not 5: right after the abort the engine left one GetLoads unanswered past its 2 s deadline, and
-    # that one poll spent the whole 5 s (2 of 7 tier runs on 2026-12-07); a node that does not abort still
+    # that one poll spent the whole 5 s (3 of 9 tier runs on 2026-12-07); a node that does not abort still
     # leaves the engine busy twice as long as this wait.
     left = time.monotonic()
     await _until(idle, ABORT_WAIT_S, "the engine to drop the aborted request")
