@@ -6,7 +6,8 @@
 Starts a zero-latency `sim-worker` and one `smg-node serve --processes 1` on the chosen folder, warms the node
 up, then runs the closed loop while ``py-spy record`` samples the node (``--native`` adds C frames, ``--idle``
 adds waiting threads). Writes the raw samples (collapsed stacks) and prints the node's CPU per request and a
-self-time / inclusive-time summary of the stacks. py-spy is not a dependency: pass its path with ``--py-spy``
+self-time / inclusive-time summary of the stacks; the simulated worker's CPU per request is printed too, and
+``--target sim`` samples the worker instead of the node. py-spy is not a dependency: pass its path with ``--py-spy``
 (``pip install py-spy`` in any environment; it needs ptrace rights, i.e. root or CAP_SYS_PTRACE).
 """
 
@@ -73,7 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="sample only the thread holding the GIL (py-spy's idle detection misses"
         " threads parked in a C wait, so without it waiting pool threads count as busy)",
     )
-    parser.add_argument("--perf", action="store_true", help="also `perf record` the node (native frames, kernel)")
+    parser.add_argument("--perf", action="store_true", help="also `perf record` the target (native frames, kernel)")
+    parser.add_argument(
+        "--target",
+        choices=("node", "sim"),
+        default="node",
+        help="the process py-spy and perf sample: the gateway or the simulated worker",
+    )
     parser.add_argument("--node-arg", action="append", default=[], help="extra smg-node serve flag (repeatable)")
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     args = parser.parse_args(argv)
@@ -102,27 +109,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         run_point(load(1000, 2.0))
         launch.wait_idle(node, 10.0)
+        target = worker if args.target == "sim" else node
         spy = None
         collapsed = out / f"{args.folder}-{args.corpus}-{args.prompt}-{args.output}-c{args.concurrency}-{stamp}.txt"
         if args.py_spy != "none":
             cmd = [args.py_spy, "record", "--format", "raw", "--rate", str(PY_SPY_RATE_HZ), "-o", str(collapsed)]
             cmd += ["--native"] if args.native else []
             cmd += ["--gil"] if args.gil else []
-            spy = subprocess.Popen([*cmd, "--pid", str(node.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            spy = subprocess.Popen([*cmd, "--pid", str(target.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             time.sleep(ATTACH_WAIT_S)
         perf = None
         perf_data = collapsed.with_suffix(".perf.data")
         if args.perf:
             perf = subprocess.Popen(
-                ["perf", "record", "-q", "-F", "499", "-g", "-o", str(perf_data), "-p", str(node.pid)],
+                ["perf", "record", "-q", "-F", "499", "-g", "-o", str(perf_data), "-p", str(target.pid)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
             time.sleep(ATTACH_WAIT_S)
         tree = sample_tree(node.pid)
         before, threads_before = tree.cpu_s, thread_cpu_s(tree.pids)
+        sim_before = sample_tree(worker.pid).cpu_s
         result = run_point(load(1_000_000, args.duration_s))
         used = sample_tree(node.pid).cpu_s - before
+        sim_used = sample_tree(worker.pid).cpu_s - sim_before
         threads_after = thread_cpu_s(tree.pids)
         if perf is not None:
             perf.send_signal(2)
@@ -130,9 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spy is not None:
             spy.send_signal(2)
             spy.wait(30)
-        del worker
     requests = len(result.samples)
-    print(f"{requests} requests, {result.error_count} errors, node CPU {1000 * used / max(requests, 1):.3f} ms/req")
+    per = 1000 / max(requests, 1)
+    print(f"{requests} requests, {result.error_count} errors, node CPU {per * used:.3f} ms/req")
+    print(f"simulated worker CPU {per * sim_used:.3f} ms/req")
     for name, seconds in sorted(threads_after.items(), key=lambda kv: -kv[1]):
         spent = seconds - threads_before.get(name, 0.0)
         if spent > 0:
