@@ -19,6 +19,10 @@ SimFault = Literal[
     "none", "hang", "hang_after", "endless", "oversized", "out_of_vocab", "huge_cached", "garbage", "wrong_message"
 ]
 SIM_FAULTS: tuple[str, ...] = get_args(SimFault)
+#: Which gRPC server carries the services: our own HTTP/2 on asyncio (node/sim/grpc_server.py, a few µs per
+#: streamed message) or grpcio's grpc.aio (~55 µs per message on these machines, the reference server's).
+SimServer = Literal["native", "grpcio"]
+SIM_SERVERS: tuple[str, ...] = get_args(SimServer)
 
 # vLLM's GetServerInfo.kv_role vocabulary for each role (empty when no KV transfer is configured).
 KV_ROLE_BY_ROLE: dict[str, str] = {"regular": "", "prefill": "kv_producer", "decode": "kv_consumer"}
@@ -100,6 +104,14 @@ class SimWorkerConfig:
         default=3_000_000, metadata={"help": "oversized: token ids in the one chunk (~3 bytes each on the wire)."}
     )
 
+    server: SimServer = field(
+        default="native",
+        metadata={
+            "help": "gRPC server implementation: native (HTTP/2 on asyncio, cheap per streamed token, so the "
+            "simulated engine does not cap a benchmark) or grpcio (grpc.aio, as vLLM's own server)."
+        },
+    )
+
     tls_cert_file: str = field(
         default="",
         metadata={"help": "PEM certificate (chain): serve gRPC over TLS (grpcs://) with it. Empty: plaintext."},
@@ -127,6 +139,7 @@ class SimWorkerConfig:
         _require(self.eos_after_tokens >= 0, "eos_after_tokens", "must be >= 0")
         _require(self.tokens_per_chunk >= 1, "tokens_per_chunk", "must be >= 1")
         _require(self.role in SIM_ROLES, "role", f"must be one of {', '.join(SIM_ROLES)}, got {self.role!r}")
+        _require(self.server in SIM_SERVERS, "server", f"must be one of {', '.join(SIM_SERVERS)}, got {self.server!r}")
         _require(self.fault in SIM_FAULTS, "fault", f"must be one of {', '.join(SIM_FAULTS)}, got {self.fault!r}")
         _require(self.fault_after_tokens >= 0, "fault_after_tokens", "must be >= 0")
         _require(self.fault_chunk_tokens >= 1, "fault_chunk_tokens", "must be >= 1")

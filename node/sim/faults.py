@@ -27,6 +27,7 @@ from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
 
 from node.sim.config import SimFault
+from node.sim.grpc_server import AnyServer
 
 SERVICE = "vllm.grpc.engine.VllmEngine"
 #: What ``huge_cached`` reports: the largest uint32, as a broken counter would.
@@ -119,7 +120,7 @@ class _Capture:
         self.handlers.update(handlers)
 
 
-def register_with_fault(servicer: object, server: grpc.aio.Server, generate: FaultGenerate) -> None:
+def register_with_fault(servicer: object, server: AnyServer, generate: FaultGenerate) -> None:
     """Serve ``servicer``'s VllmEngine with ``generate`` as its Generate (raw bytes out)."""
     capture = _Capture()
     pb_grpc.add_VllmEngineServicer_to_server(servicer, capture)

@@ -14,6 +14,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from node.sim.grpc_server import AnyServer
+
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -23,7 +25,7 @@ class HealthService:
         self._serving = True
         self._stopped = asyncio.Event()
 
-    def register(self, server: grpc.aio.Server) -> None:
+    def register(self, server: AnyServer) -> None:
         health_pb2_grpc.add_HealthServicer_to_server(self, server)
 
     def shut_down(self) -> None:

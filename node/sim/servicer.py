@@ -21,6 +21,7 @@ from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb
 from node.sim import wire
 from node.sim.engine import SequenceOutput, SimEngine
 from node.sim.errors import EngineClosedError, InvalidRequestError
+from node.sim.grpc_server import AnyServer
 from node.sim.logprobs import TokenLogprobs
 from node.sim.logprobs import simulate as simulate_logprobs
 
@@ -41,7 +42,7 @@ class SimEngineServicer:
     def __init__(self, engine: SimEngine) -> None:
         self._engine = engine
 
-    def register(self, server: grpc.aio.Server) -> None:
+    def register(self, server: AnyServer) -> None:
         vllm_engine_pb2_grpc.add_VllmEngineServicer_to_server(self, server)
 
     async def Generate(self, request: Any, context: Context) -> AsyncIterator[Any]:

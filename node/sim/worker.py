@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +25,7 @@ from node.sim.config import SimWorkerConfig
 from node.sim.engine import SimEngine
 from node.sim.errors import ModelFolderError, SimError
 from node.sim.faults import fault_generate, register_with_fault
+from node.sim.grpc_server import NativeGrpcServer, server_ssl_context
 from node.sim.health import HealthService
 from node.sim.model_folder import ModelFolder, load_model_folder
 from node.sim.servicer import SimEngineServicer
@@ -72,6 +74,19 @@ def _server_credentials(config: SimWorkerConfig) -> grpc.ServerCredentials | Non
     return grpc.ssl_server_credentials([pair], root_certificates=client_ca, require_client_auth=client_ca is not None)
 
 
+def _server_ssl(config: SimWorkerConfig) -> ssl.SSLContext | None:
+    """`_server_credentials` for the native server: the same files, the same rules.
+
+    Raises TlsFileError naming an unreadable or unusable file.
+    """
+    if _server_credentials(config) is None:  # reads every file: an unreadable one is named there
+        return None
+    try:
+        return server_ssl_context(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsFileError(f"tls_cert_file/tls_key_file/tls_client_ca_file: {exc}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class SimModel:
     """A loaded model folder, its tokenizer and the tokens the engine writes with (load once, share)."""
@@ -112,7 +127,7 @@ class SimWorker:
     def __init__(self, config: SimWorkerConfig, model: SimModel | None = None) -> None:
         self._config = config
         self._model = model
-        self._server: grpc.aio.Server | None = None
+        self._server: grpc.aio.Server | NativeGrpcServer | None = None
         self._started = False
         self._engine: SimEngine | None = None
         self._health: HealthService | None = None
@@ -148,14 +163,21 @@ class SimWorker:
         """
         if self._server is not None:
             return self._port
-        server = grpc.aio.server(options=_SERVER_OPTIONS)
-        address = f"{self._config.host}:{self._config.port}"
+        config = self._config
+        address = f"{config.host}:{config.port}"
+        server: grpc.aio.Server | NativeGrpcServer
         try:
-            credentials = _server_credentials(self._config)
-            if credentials is None:
-                port = server.add_insecure_port(address)
+            if config.server == "native":
+                server = NativeGrpcServer()
+                tls = _server_ssl(config)
+                port = server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls)
             else:
-                port = server.add_secure_port(address, credentials)
+                server = grpc.aio.server(options=_SERVER_OPTIONS)
+                credentials = _server_credentials(config)
+                if credentials is None:
+                    port = server.add_insecure_port(address)
+                else:
+                    port = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             raise PortBindError(f"cannot bind {self._config.host}:{self._config.port}: {exc}") from exc
         if port == 0:

@@ -49,14 +49,15 @@ def req(deadlines: Deadlines | None = None, *, stream: bool = True) -> WorkerReq
     return WorkerRequest("r", PROMPT, SamplingParams(max_tokens=MAX_TOKENS), stream=stream, deadlines=deadlines)
 
 
-async def first_messages(client: VllmGrpcClient, count: int) -> list[WorkerOutput]:
+async def first_messages(client: VllmGrpcClient, tokens: int) -> list[WorkerOutput]:
+    """The outputs until they carry ``tokens`` ids or more (the h2 client merges messages that arrive together)."""
     got: list[WorkerOutput] = []
     stream = client.generate(req())
     async with contextlib.aclosing(stream):
         async with asyncio.timeout(BOUND_S):
             async for out in stream:
                 got.append(out)
-                if len(got) == count:
+                if sum(len(o.token_ids) for o in got) >= tokens:
                     break
     return got
 
@@ -118,7 +119,7 @@ async def test_endless_streams_past_max_tokens_and_the_contract_cuts_it(
 ) -> None:
     async with faulty(fast_config, sim_model, "endless", transport) as client:
         messages = await first_messages(client, 5 * MAX_TOKENS)
-        assert sum(len(m.token_ids) for m in messages) == 5 * MAX_TOKENS  # the worker ignores max_tokens
+        assert sum(len(m.token_ids) for m in messages) >= 5 * MAX_TOKENS  # the worker ignores max_tokens
         checker = contract(sim_model.folder.vocab_size)
         relayed: list[int] = []
         for m in messages:

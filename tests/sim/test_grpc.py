@@ -1,4 +1,5 @@
-"""The simulated engine through a real grpc.aio channel, checked against what vLLM's servicer sends."""
+"""The simulated engine through a real grpc.aio channel, checked against what vLLM's servicer sends: every
+test against both servers (our own HTTP/2 server, the default, and grpcio's)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
 from node.sim import SimModel, SimWorker, SimWorkerConfig
+from node.sim.config import SIM_SERVERS
 from node.sim.worker import PortBindError
 
 PROMPT = list(range(1000, 1040))
 EOT = 128009
+
+
+@pytest.fixture(params=SIM_SERVERS)
+def fast_config(request: pytest.FixtureRequest, fast_config: SimWorkerConfig) -> SimWorkerConfig:
+    return replace(fast_config, server=request.param)
 
 
 def request(request_id: str = "r", prompt: list[int] | None = None, *, stream: bool = True, **sampling: Any) -> Any:
