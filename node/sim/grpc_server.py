@@ -131,6 +131,8 @@ class NativeGrpcServer:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not SO_REUSEPORT: a taken port fails
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "[::]" takes IPv4 too, as grpcio
             sock.bind((host, int(port)))
             sock.listen(1024)
         except OSError as exc:
@@ -197,13 +199,19 @@ class _Connection(asyncio.Protocol):
         self._wake_all()
 
     def pause_writing(self) -> None:
+        # A client that does not read what we send gets nothing more read either: what it makes us queue
+        # (PING and SETTINGS acknowledgements included) stays within the transport's high-water mark.
         if self._writable is None:
             self._writable = asyncio.get_running_loop().create_future()
+            if self._transport is not None:
+                self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         waiter, self._writable = self._writable, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         core = self.core

@@ -119,7 +119,8 @@ class ServerConnection:
         self._max_header_bytes = max_header_bytes
         self._frames = f.FrameReader()
         self._decoder = hpack.Decoder()
-        self._decoder.max_allowed_table_size = 4096
+        self._decoder.max_allowed_table_size = 4096  # the default we never change (no SETTINGS for it)
+        self._decoder.max_header_list_size = max_header_bytes
         self._out: list[bytes] = []
         self._preface = b""
         self._preface_done = False

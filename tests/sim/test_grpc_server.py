@@ -4,6 +4,7 @@ an unknown method, a client that stops reading, a handler that never waits."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from dataclasses import replace
 
@@ -122,3 +123,32 @@ async def test_stop_sends_goaway_and_ends_open_calls(fast_config: SimWorkerConfi
     assert (f.GOAWAY, 0) in kinds
     assert (f.RST_STREAM, 1) in kinds  # the hanging call was cut when the grace ran out
     assert encode_message(b"") not in [fr.payload for fr in frames]
+
+
+async def test_a_client_that_sends_but_never_reads_is_not_read_either(
+    fast_config: SimWorkerConfig, sim_model: SimModel
+) -> None:
+    """A PING flood from a client that reads nothing: each PING asks for an ACK, and the server stops reading
+    once its ACKs back up, so what it holds for that client stays bounded."""
+    async with SimWorker(fast_config, sim_model) as worker:
+        server = worker._server
+        assert isinstance(server, NativeGrpcServer)
+        host, port = worker.address.rsplit(":", 1)
+        loop = asyncio.get_running_loop()
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await loop.sock_connect(sock, (host, int(port)))
+            pings = f.frame(f.PING, 0, 0, b"12345678") * 10_000  # 170 KB a batch
+            await loop.sock_sendall(sock, f.PREFACE + f.settings_frame({}))
+            sent = 0
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(3.0):
+                    while sent < 300 * len(pings):  # 51 MB: many times what the kernel's buffers hold
+                        await loop.sock_sendall(sock, pings)
+                        sent += len(pings)
+            (conn,) = server._connections
+            transport = conn._transport
+            assert transport is not None
+            assert sent < 300 * len(pings)  # the server stopped reading: the client's sends stalled
+            assert transport.get_write_buffer_size() < 1024 * 1024
