@@ -219,7 +219,15 @@ class ProcessGroup:
                 forget_process(self.metrics_dir, child.proc.pid, child.index)
             if now - child.started > STABLE_AFTER_S:
                 child.backoff_s = RESTART_BACKOFF_MIN_S
-            log.error("node process %d exited with %s; restarting in %.1f s", child.index, code, child.backoff_s)
+            if code == 0:
+                # A drained, clean exit: the child was told to stop, most often by the same signal that is
+                # stopping this supervisor (a signal to the whole process group: Ctrl-C, systemd), which then
+                # ends the loop before the restart is due.
+                log.info(
+                    "node process %d stopped; restarting in %.1f s unless the node stops", child.index, child.backoff_s
+                )
+            else:
+                log.error("node process %d exited with %s; restarting in %.1f s", child.index, code, child.backoff_s)
             child.restart_at = now + child.backoff_s
             child.backoff_s = min(child.backoff_s * 2, RESTART_BACKOFF_MAX_S)
 
