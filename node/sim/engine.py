@@ -489,7 +489,8 @@ class SimEngine:
         if seq.key not in self._sequences:
             return
         if seq.lease is not None:
-            self._publish(self._cache.extend(seq.lease, (*seq.request.spec.prompt_ids, *seq.output_ids)))
+            if self._cache.enabled:  # else the whole prompt and answer would be copied to store nothing
+                self._publish(self._cache.extend(seq.lease, (*seq.request.spec.prompt_ids, *seq.output_ids)))
             self._cache.release(seq.lease)
             seq.lease = None
         del self._sequences[seq.key]

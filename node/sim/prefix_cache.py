@@ -75,6 +75,11 @@ class PrefixCache:
         return self._block_size
 
     @property
+    def enabled(self) -> bool:
+        """A cache of 0 blocks stores nothing, so it hashes nothing either (a benchmark's engine runs so)."""
+        return self._capacity > 0
+
+    @property
     def capacity_blocks(self) -> int:
         return self._capacity
 
@@ -92,6 +97,8 @@ class PrefixCache:
         From block ``start_block`` on, whose parent's hash is ``parent`` (a chain already hashed up to there).
         """
         hashes: list[int] = []
+        if not self._capacity:
+            return hashes  # nothing is ever stored: no block can match
         size = self._block_size
         for start in range(start_block * size, len(token_ids) - size + 1, size):
             parent = chain_hash(parent, token_ids[start : start + size])

@@ -42,7 +42,7 @@ def generate_spec(request: Any, max_context_length: int) -> GenerateSpec:
         raise InvalidRequestError("the request carries no tokenized input")
     if request.HasField("mm_inputs") or request.HasField("media_refs") or len(request.extra_mm_inputs):
         raise InvalidRequestError("multimodal input is not supported by the simulated engine")
-    prompt = tuple(int(i) for i in request.tokenized.input_ids)
+    prompt = tuple(request.tokenized.input_ids)  # ints already (repeated uint32); a genexpr cost ~0.5 ms per 7,800
     params = request.sampling_params
     if params.HasField("truncate_prompt_tokens"):
         keep = int(params.truncate_prompt_tokens)

@@ -116,6 +116,7 @@ def test_zero_capacity_caches_nothing() -> None:
     assert admission.events == ()
     assert admission.cached_tokens == 0
     assert cache.cached_blocks == 0
+    assert not cache.enabled and cache.block_hashes(tokens(0, 20)) == []  # nor hashes anything
 
 
 def test_clear_refuses_while_pinned_then_clears() -> None:
