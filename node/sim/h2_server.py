@@ -31,7 +31,6 @@ DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 LOCAL_WINDOW = 1 << 20
 
 _PREFIX = struct.Struct(">BI")
-_U32 = struct.Struct(">I")
 
 
 def _unindexed(headers: list[tuple[str, str]]) -> bytes:
