@@ -16,7 +16,7 @@ from node.http.errors import error_object, read_json
 from node.http.middleware import context_of
 from node.http.openai_types import ChatCompletionRequest, ChatMessage
 from node.http.sse import ChunkFrames, SseStream, frame, open_stream
-from node.pipeline.events import ContentDelta, Finish, ReasoningDelta, ToolCallDelta, Usage
+from node.pipeline.events import ContentDelta, Event, Finish, ReasoningDelta, ToolCallDelta, Usage
 from node.pipeline.request import ChatPrompt, GenerateRequest
 from node.pipeline.run import Run
 
@@ -223,13 +223,13 @@ class _ChatView:
             model=self._model,
             include_usage=self._include_usage,
         )
-        usage = run.usage
-        async with contextlib.aclosing(run.events()) as events:
+        sink = _ChatSink(self, frames, run.usage)
+        async with contextlib.aclosing(run.events(sink=sink)) as events:
             # The first batch is awaited before the 200 goes out, so "no healthy worker" or a worker that
             # cannot be reached is a plain HTTP error, not a broken stream.
             first = await anext(events, None)
             resp = await open_stream(request)
-            out = SseStream(resp)
+            out = sink.out = SseStream(resp)
             for i in range(self._n):
                 out.add(
                     frames.with_choice(
@@ -241,43 +241,17 @@ class _ChatView:
                         }
                     )
                 )
-            open_choices = self._n
-            called: set[int] = set()  # choices that made a tool call
-            want_logprobs = self._want_logprobs
             try:
                 batch = first
                 while batch is not None:
-                    for ev in batch:
-                        if type(ev) is ContentDelta:
-                            if want_logprobs:
-                                out.add(self._frame(frames, ev.index, {"content": ev.text}, ev))
-                            else:
-                                out.add(frames.chat_content(ev.index, ev.text))
-                        elif type(ev) is Finish:
-                            # OpenAI ends each choice with an empty delta and the reason.
-                            out.add(
-                                frames.with_choice(
-                                    {
-                                        "index": ev.index,
-                                        "delta": {},
-                                        "logprobs": None,
-                                        "finish_reason": _finish_reason(ev.reason, ev.index in called),
-                                    }
-                                )
-                            )
-                            open_choices -= 1
-                        elif type(ev) is Usage:
-                            usage = ev
-                        elif isinstance(ev, ReasoningDelta | ToolCallDelta):
-                            if type(ev) is ToolCallDelta:
-                                called.add(ev.index)
-                            out.add(self._frame(frames, ev.index, _side_delta(ev), None))
-                    if open_choices:
+                    sink.render(batch)
+                    if sink.open_choices:
                         await out.flush()
                     # else every choice has ended: the run ends without waiting for the worker, and
                     # these frames go out with the usage chunk and [DONE] in the closing write.
-                    # __anext__ itself, not anext(events, None): that wraps every step in one more
-                    # awaitable, which each resume of this task passes through (per token).
+                    # From the first flush on, the tokens that need no waiting arrive by push (sink.take)
+                    # while this task waits here; __anext__ itself, not anext(events, None): that wraps
+                    # every step in one more awaitable.
                     try:
                         batch = await events.__anext__()
                     except StopAsyncIteration:
@@ -287,7 +261,7 @@ class _ChatView:
                 await out.close()
                 return resp
         if self._include_usage:
-            out.add(frames.usage(common.usage_dict(usage)))
+            out.add(frames.usage(common.usage_dict(sink.usage)))
         await out.close()
         return resp
 
@@ -298,6 +272,62 @@ class _ChatView:
             else None
         )
         return frames.with_choice({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None})
+
+
+class _ChatSink:
+    """One stream's rendering state: the handler's loop renders what it reads (``render``), and the push
+    path hands it the tokens that need no waiting (``take``: rendered and sent at once), in order."""
+
+    __slots__ = ("_frames", "_view", "called", "open_choices", "out", "usage")
+
+    def __init__(self, view: _ChatView, frames: ChunkFrames, usage: Usage) -> None:
+        self._view = view
+        self._frames = frames
+        self.out: SseStream | None = None  # once the response is open
+        self.open_choices = view._n
+        self.called: set[int] = set()  # choices that made a tool call
+        self.usage = usage
+
+    def ready(self) -> bool:
+        out = self.out
+        return out is not None and self.open_choices > 0 and out.ready()
+
+    def take(self, events: list[Event]) -> None:
+        self.render(events)
+        if self.open_choices:
+            self.out.send_now()  # type: ignore[union-attr]  # ready(): open
+        # else the last choice ended: its frames leave with the closing write, as in the handler's loop
+
+    def render(self, batch: list[Event]) -> None:
+        out = self.out
+        assert out is not None
+        frames, view = self._frames, self._view
+        want_logprobs = view._want_logprobs
+        for ev in batch:
+            if type(ev) is ContentDelta:
+                if want_logprobs:
+                    out.add(view._frame(frames, ev.index, {"content": ev.text}, ev))
+                else:
+                    out.add(frames.chat_content(ev.index, ev.text))
+            elif type(ev) is Finish:
+                # OpenAI ends each choice with an empty delta and the reason.
+                out.add(
+                    frames.with_choice(
+                        {
+                            "index": ev.index,
+                            "delta": {},
+                            "logprobs": None,
+                            "finish_reason": _finish_reason(ev.reason, ev.index in self.called),
+                        }
+                    )
+                )
+                self.open_choices -= 1
+            elif type(ev) is Usage:
+                self.usage = ev
+            elif isinstance(ev, ReasoningDelta | ToolCallDelta):
+                if type(ev) is ToolCallDelta:
+                    self.called.add(ev.index)
+                out.add(view._frame(frames, ev.index, _side_delta(ev), None))
 
 
 def _finish_reason(reason: str | None, called: bool) -> str | None:

@@ -167,38 +167,24 @@ class _CompletionView:
             model=self._model.name,
             include_usage=include_usage,
         )
-        usage = run.usage
-        async with contextlib.aclosing(run.events()) as events:
+        sink = _CompletionSink(self, frames, run.usage)
+        async with contextlib.aclosing(run.events(sink=sink)) as events:
             first = await anext(events, None)  # errors before the first token stay plain HTTP errors
             resp = await open_stream(request)
-            out = SseStream(resp)
+            out = sink.out = SseStream(resp)
             if req.echo:
                 for c in range(self._count):
                     out.add(frames.completion_text(c, self._echo(self._prompts[c // req.n])))
-            open_choices = self._count
             try:
                 batch = first
                 while batch is not None:
-                    for k, ev in enumerate(batch):
-                        if type(ev) is ContentDelta:
-                            if _finishes_next(batch, k, ev.index):
-                                continue  # its text goes out in the choice's last frame, with the reason
-                            if req.logprobs is None:
-                                out.add(frames.completion_text(ev.index, ev.text))
-                            else:
-                                out.add(self._frame(frames, ev.index, (ev,), None))
-                        elif type(ev) is Finish:
-                            last = batch[k - 1] if k else None
-                            tail = (last,) if type(last) is ContentDelta and last.index == ev.index else ()
-                            out.add(self._frame(frames, ev.index, tail, ev.reason))
-                            open_choices -= 1
-                        elif type(ev) is Usage:
-                            usage = ev
-                    if open_choices:
+                    sink.render(batch)
+                    if sink.open_choices:
                         await out.flush()
                     # else every choice has ended: what is left goes out with [DONE] in the closing write.
-                    # __anext__ itself, not anext(events, None): that wraps every step in one more
-                    # awaitable, which each resume of this task passes through (per token).
+                    # From the first flush on, the tokens that need no waiting arrive by push (sink.take)
+                    # while this task waits here; __anext__ itself, not anext(events, None): that wraps
+                    # every step in one more awaitable.
                     try:
                         batch = await events.__anext__()
                     except StopAsyncIteration:
@@ -208,7 +194,7 @@ class _CompletionView:
                 await out.close()
                 return resp
         if include_usage:
-            out.add(frames.usage(common.usage_dict(usage)))
+            out.add(frames.usage(common.usage_dict(sink.usage)))
         await out.close()
         return resp
 
@@ -223,6 +209,51 @@ class _CompletionView:
                 "finish_reason": finish_reason,
             }
         )
+
+
+class _CompletionSink:
+    """One stream's rendering state: the handler's loop renders what it reads (``render``), and the push
+    path hands it the tokens that need no waiting (``take``: rendered and sent at once), in order."""
+
+    __slots__ = ("_frames", "_view", "open_choices", "out", "usage")
+
+    def __init__(self, view: _CompletionView, frames: ChunkFrames, usage: Usage) -> None:
+        self._view = view
+        self._frames = frames
+        self.out: SseStream | None = None  # once the response is open
+        self.open_choices = view._count
+        self.usage = usage
+
+    def ready(self) -> bool:
+        out = self.out
+        return out is not None and self.open_choices > 0 and out.ready()
+
+    def take(self, events: list[Event]) -> None:
+        self.render(events)
+        if self.open_choices:
+            self.out.send_now()  # type: ignore[union-attr]  # ready(): open
+        # else the last choice ended: its frames leave with the closing write, as in the handler's loop
+
+    def render(self, batch: list[Event]) -> None:
+        out = self.out
+        assert out is not None
+        frames, view = self._frames, self._view
+        plain = view._req.logprobs is None
+        for k, ev in enumerate(batch):
+            if type(ev) is ContentDelta:
+                if _finishes_next(batch, k, ev.index):
+                    continue  # its text goes out in the choice's last frame, with the reason
+                if plain:
+                    out.add(frames.completion_text(ev.index, ev.text))
+                else:
+                    out.add(view._frame(frames, ev.index, (ev,), None))
+            elif type(ev) is Finish:
+                last = batch[k - 1] if k else None
+                tail = (last,) if type(last) is ContentDelta and last.index == ev.index else ()
+                out.add(view._frame(frames, ev.index, tail, ev.reason))
+                self.open_choices -= 1
+            elif type(ev) is Usage:
+                self.usage = ev
 
 
 def _finishes_next(batch: Sequence[Event], k: int, index: int) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -33,6 +33,10 @@ class BodyWriter(Protocol):
     async def write(self, data: bytes) -> None: ...
 
     async def write_eof(self, data: bytes = b"") -> None: ...
+
+    def can_write_now(self) -> bool: ...
+
+    def write_now(self, data: bytes) -> None: ...
 
 
 class SseStream:
@@ -65,6 +69,19 @@ class SseStream:
         pending.clear()
         await self._resp.write(data)
 
+    def ready(self) -> bool:
+        """``send_now`` can send: the body started and the client keeps up (nothing to wait for)."""
+        return self._resp.can_write_now()
+
+    def send_now(self) -> None:
+        """``flush`` without waiting, after ``ready`` said yes (the push path: node/pipeline/events.py)."""
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        self._resp.write_now(data)
+
     async def close(self, tail: bytes = DONE) -> None:
         """Write what is pending, then ``tail``, and end the body: one write."""
         pending = self._pending
@@ -85,7 +102,7 @@ class SseResponse(web.StreamResponse):
     high-water mark plus one write, and the worker does not generate for it past the write timeout.
     """
 
-    __slots__ = ("_client", "_drain")
+    __slots__ = ("_client", "_drain", "_live", "_plain", "_transport", "_writer")
 
     # The status line and headers go out with the first frames, in one write (aiohttp buffers them until the
     # first body write, as it does for web.Response): every caller writes right after prepare, so nothing waits
@@ -95,16 +112,41 @@ class SseResponse(web.StreamResponse):
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         writer = await super().prepare(request)
         self._client = request.protocol
-        self._drain = request.writer.drain
+        self._writer = request.writer
+        self._drain = self._writer.drain
+        self._transport = request.transport
+        # write_now frames the body itself: only a plainly chunked one (HTTP/1.1, no compression), and only
+        # once a write sent the status line and headers (aiohttp holds them for the first write).
+        headers = self.headers
+        self._plain = headers.get(hdrs.TRANSFER_ENCODING) == "chunked" and hdrs.CONTENT_ENCODING not in headers
+        self._live = False
         return writer
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         await super().write(data)
+        self._live = self._plain
         if self._client.writing_paused:
             await self._drain()
 
+    async def write_eof(self, data: bytes = b"") -> None:
+        self._live = False
+        await super().write_eof(data)
 
-async def open_stream(request: web.Request) -> web.StreamResponse:
+    def can_write_now(self) -> bool:
+        """``write_now`` can send: the body is chunked and started, and the client is not behind (a write
+        would not wait for the drain)."""
+        transport = self._transport
+        return self._live and not self._client.writing_paused and transport is not None and not transport.is_closing()
+
+    def write_now(self, data: bytes) -> None:
+        """``write`` without waiting, after ``can_write_now`` said yes: one chunk of the body, sent at once
+        (what aiohttp's writer sends for it; the connection's pause and write timeout apply as to any write)."""
+        chunk = b"%x\r\n%b\r\n" % (len(data), data)
+        self._writer.output_size += len(chunk)
+        self._transport.write(chunk)  # type: ignore[union-attr]  # can_write_now: not None
+
+
+async def open_stream(request: web.Request) -> SseResponse:
     resp = SseResponse(status=200, headers=SSE_HEADERS)
     await resp.prepare(request)
     return resp

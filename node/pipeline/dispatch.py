@@ -26,7 +26,7 @@ from opentelemetry.trace import INVALID_SPAN, Span
 
 from node.errors import WorkerFailed, WorkerIncomplete, WorkerProtocolError
 from node.pipeline.continuation import continuation_spec
-from node.pipeline.events import Event
+from node.pipeline.events import Event, EventSink
 from node.pipeline.output import OutputProcessor
 from node.pipeline.spec import GenerateSpec
 from node.pipeline.worker_contract import ContractLimits, WorkerContract
@@ -38,7 +38,7 @@ from node.workers.client import worker_batches
 from node.workers.deadlines import DeadlineConfig, Deadlines, deadlines_for
 from node.workers.pool import Worker, WorkerPool
 from node.workers.retry import RetryPolicy
-from node.workers.types import WorkerOutput, WorkerRequest
+from node.workers.types import Push, Pushed, WorkerOutput, WorkerRequest
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +98,15 @@ class Dispatch:
         self.worker_url: str | None = None
         self.prefill_url: str | None = None  # the prefill worker, in PD disaggregation
 
-    async def events(self, *, final: Callable[[], list[Event]] | None = None) -> AsyncGenerator[list[Event], None]:
+    async def events(
+        self, *, final: Callable[[], list[Event]] | None = None, sink: EventSink | None = None
+    ) -> AsyncGenerator[list[Event], None]:
         """Yield the Output stage's events per batch of worker messages, then ``final()`` (if given) once the
         spec ended normally. Raises NoHealthyWorker, WorkerFailed (WorkerTimeout, WorkerProtocolError, ...)
-        once retrying is over or not allowed."""
+        once retrying is over or not allowed.
+
+        ``sink``: the streamed tokens' events go to it as they arrive whenever it is ready (the push path),
+        the rest are yielded; the consumer sees every event once, in order, either way."""
         pool, retry, output = self._pool, self._config.retry, self._output
         rec = record.current()
         tried: set[str] = set()
@@ -138,7 +143,7 @@ class Dispatch:
             span = generate_span(rec, worker.url, spec)
             try:
                 # aclosing: when our consumer leaves, the worker stream is closed (and aborted) now, not at GC.
-                async with contextlib.aclosing(self._attempt(worker, kv_transfer, span)) as batches:
+                async with contextlib.aclosing(self._attempt(worker, kv_transfer, span, sink)) as batches:
                     async for batch in batches:
                         received = True
                         yield batch
@@ -216,21 +221,13 @@ class Dispatch:
         return handed
 
     async def _attempt(
-        self, worker: Worker, kv_transfer: str | None, span: Span = INVALID_SPAN
+        self, worker: Worker, kv_transfer: str | None, span: Span = INVALID_SPAN, sink: EventSink | None = None
     ) -> AsyncGenerator[list[Event], None]:
         """One try on ``worker``: its stream through the worker contract and the Output stage, in-flight
-        counted, aborted unless the worker finished by itself."""
+        counted, aborted unless the worker finished by itself. With ``sink``, the same steps also run as the
+        worker's push (``push`` below) for the messages that need nothing asynchronous."""
         spec, output = self._spec, self._output
         params = spec.params
-        request = WorkerRequest(
-            request_id=spec.request_id,
-            prompt_ids=spec.prompt_ids,
-            params=params,
-            stream=output.worker_streams,
-            kv_transfer_params_json=kv_transfer,
-            deadlines=self._deadlines,
-            trace_headers=span_headers(span),
-        )
         rec = record.current()
         limits = ContractLimits(
             max_tokens=params.max_tokens,
@@ -240,17 +237,52 @@ class Dispatch:
             stream=output.worker_streams,
         )
         contract = WorkerContract(limits, url=worker.url)
+        got_any = False
+        push: Push | None = None
+        if sink is not None and output.worker_streams:
+
+            def push(outs: Sequence[WorkerOutput]) -> Pushed:
+                """This loop's step for streamed chunks, run as they arrive. Declines (changing nothing) what
+                the loop must handle (a finish, a contract fault, an output already complete or paused) and
+                while the sink cannot send at once; wakes the loop when the output completed or paused."""
+                nonlocal got_any
+                if output.complete or output.paused or not sink.ready() or not contract.passes_chunks(outs):
+                    return Pushed.DECLINED
+                got_any = True
+                tokens = 0
+                for out in outs:
+                    tokens += len(out.token_ids)
+                rec.tokens(tokens)
+                events = output.feed(outs)
+                if events:
+                    sink.take(events)
+                return Pushed.TAKEN_WAKE if output.complete or output.paused else Pushed.TAKEN
+
+        request = WorkerRequest(
+            request_id=spec.request_id,
+            prompt_ids=spec.prompt_ids,
+            params=params,
+            stream=output.worker_streams,
+            kv_transfer_params_json=kv_transfer,
+            deadlines=self._deadlines,
+            trace_headers=span_headers(span),
+            push=push,
+        )
         worker.in_flight += 1
         worker.dispatched += 1
         worker_done = False
-        got_any = False
         stream = worker_batches(worker.client, request)
         try:
             async for outs in stream:
                 got_any = True
-                # One message that breaks no rule (the common case) passes without building anything.
-                if len(outs) == 1 and contract.passes(outs[0]):
+                if not outs:
+                    # The push completed or paused the output (it sent the events): end as below.
                     checked: Sequence[WorkerOutput] = outs
+                    cut = False
+                    tokens = 0
+                # One message that breaks no rule (the common case) passes without building anything.
+                elif len(outs) == 1 and contract.passes(outs[0]):
+                    checked = outs
                     cut = False
                     tokens = len(outs[0].token_ids)
                 else:

@@ -8,7 +8,7 @@ normally emits one ``Usage`` last (a run that fails emits none).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +77,15 @@ class Usage:
 
 
 Event = ContentDelta | ReasoningDelta | ToolCallDelta | Finish | Usage
+
+
+class EventSink(Protocol):
+    """An adapter that can take a stream's events synchronously, as the worker's messages arrive (the push
+    path, node/pipeline/dispatch.py): no task wake-up per token. ``take`` is called only right after
+    ``ready`` said yes, in the same step, and must then send the events as the adapter's own loop would."""
+
+    def ready(self) -> bool:
+        """Events can be taken and sent now, without waiting (the stream is open and the client keeps up)."""
+        ...
+
+    def take(self, events: list[Event]) -> None: ...

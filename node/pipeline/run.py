@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping
 
 from node.pipeline.dispatch import Dispatch, DispatchConfig
-from node.pipeline.events import Event, Usage
+from node.pipeline.events import Event, EventSink, Usage
 from node.pipeline.output import OutputProcessor, Stages
 from node.pipeline.spec import Prepared
 from node.workers.pool import WorkerPool
@@ -59,10 +59,12 @@ class Run:
             total.reasoning_tokens += output.usage.reasoning_tokens
         return total
 
-    def events(self) -> AsyncGenerator[list[Event], None]:
+    def events(self, *, sink: EventSink | None = None) -> AsyncGenerator[list[Event], None]:
+        """``sink``: takes the streamed tokens' events as they arrive when it can (Dispatch.events); only a
+        run of one prompt pushes (a batch's prompts are merged through a queue)."""
         # One prompt (the usual case): Dispatch's own generator, with no layer of ours per batch.
         if len(self.dispatches) == 1:
-            return self.dispatches[0].events(final=self._final)
+            return self.dispatches[0].events(final=self._final, sink=sink)
         return self._merged()
 
     def _final(self) -> list[Event]:

@@ -97,6 +97,27 @@ class WorkerContract:
         """Ids relayed so far for choice ``index`` (never more than ``max_tokens``)."""
         return self._choices[index].ids
 
+    def passes_chunks(self, outs: Sequence[WorkerOutput]) -> bool:
+        """``passes`` for a batch of streamed chunks (no finish among them), all or nothing: every message
+        passes and is applied, or nothing changed."""
+        if len(outs) == 1:
+            out = outs[0]
+            return out.finish_reason is None and self.passes(out)
+        for out in outs:
+            if out.finish_reason is not None:
+                return False
+        choices = self._choices
+        undo: list[tuple[_ChoiceState, int, Sequence[int]]] = []
+        for out in outs:
+            choice = choices[out.index] if 0 <= out.index < len(choices) else None
+            if choice is not None:
+                undo.append((choice, choice.ids, choice.last_chunk))
+            if choice is None or not self.passes(out):
+                for choice, ids, last in reversed(undo):  # ``passes`` changes only these two
+                    choice.ids, choice.last_chunk = ids, last
+                return False
+        return True
+
     def passes(self, out: WorkerOutput) -> bool:
         """The common case, cheaply (no verdict built): ``out`` breaks no rule and is relayed as it is; its
         choice's state advances as ``check`` would advance it. False: nothing changed, ask ``check``.

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from node.errors import WorkerFailed
@@ -34,7 +35,7 @@ from node.workers.client import WorkerClient, flattened, worker_batches
 from node.workers.deadlines import Watchdog
 from node.workers.kv_convert import EngineLoad
 from node.workers.outcome import Outcome, outcome_of
-from node.workers.types import ModelInfo, WorkerOutput, WorkerRequest
+from node.workers.types import ModelInfo, Pushed, WorkerOutput, WorkerRequest
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +60,36 @@ class BreakerClient:
 
     def generate_batches(self, request: WorkerRequest) -> AsyncGenerator[Sequence[WorkerOutput], None]:
         """Generate's messages as lists of those that arrived together (one each where the client cannot tell)."""
-        batches = worker_batches(self._inner, request)
         # Inside the observation (a tripped deadline is the worker's timeout), applied in its own loop: no
         # generator layer of its own per message.
         watch = (
             None if request.deadlines is None else Watchdog(request.deadlines, url=self.url, streamed=request.stream)
         )
-        return self._observed(batches, request.params.n, watch)
+        return self._observed(request, watch)
 
     async def _observed(
-        self, stream: AsyncGenerator[Sequence[WorkerOutput], None], n: int, watch: Watchdog | None
+        self, request: WorkerRequest, watch: Watchdog | None
     ) -> AsyncGenerator[Sequence[WorkerOutput], None]:
+        n = request.params.n
         outcome: Outcome | None = None
         answered = False
         finished: set[int] = set()  # choices the worker finished (indexes < n only: bounded)
         aborted = False  # a finish reason "abort": the gateway never asks for one on a stream it reads
+        push = request.push
+        if push is not None:
+            # What a push takes is observed here too: it answers the request and moves the deadlines on. (It
+            # takes no finish: those, and the outcome they decide, reach the loop below.)
+            def observed_push(batch: Sequence[WorkerOutput]) -> Pushed:
+                nonlocal answered
+                verdict = push(batch)
+                if verdict:
+                    answered = True
+                    if watch is not None:
+                        watch.heard()
+                return verdict
+
+            request = replace(request, push=observed_push)
+        stream = worker_batches(self._inner, request)
         try:
             while True:
                 if watch is not None:

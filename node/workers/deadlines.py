@@ -234,6 +234,13 @@ class Watchdog:
         self._waiting = False
         self._state.last_at = self._now()  # StreamDeadline.on_message, inlined: this runs per message
 
+    def heard(self) -> None:
+        """A message came while the task still waits (it was pushed past the reader): the deadlines move on
+        (and the idle one starts, if this was the first)."""
+        self._state.last_at = self._now()
+        if self._timer is None and self._waiting:
+            self._arm()
+
     def stopped_waiting(self) -> None:
         self._waiting = False
 

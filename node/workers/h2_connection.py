@@ -96,7 +96,7 @@ class H2Connection:
         # max_allowed_table_size stays at the default 4096 although we advertise 0: a peer that ignores the
         # setting is still decoded (it only misses the cache).
         self._decoder = hpack.Decoder()
-        self._header_cache: dict[bytes, _Decoded] = {}
+        self._header_cache: dict[tuple[int, bytes], _Decoded] = {}
         #: Header blocks served from the cache instead of decoded (monotonic).
         self.header_cache_hits = 0
         self._streams: dict[int, Stream] = {}
@@ -345,18 +345,21 @@ class H2Connection:
     def _decode(self, block: bytes) -> _Decoded:
         """Decode a complete header block, from the cache when that is provably the same.
 
-        Cache invariant: every entry's block was decoded from an empty dynamic table of max size 0 and left it
-        empty with max size 0. From that state decoding reads nothing but the bytes (besides the static table
-        and the decoder's limits, which this connection never changes; ``resized`` is only the encoder's), so
-        while the table is in that state a hit is exactly what decoding would give, state transition (none)
-        included. Blocks that fail are not stored (the connection dies with them). A peer that ignores our
-        SETTINGS_HEADER_TABLE_SIZE 0, or raises the size again, is just decoded every time.
+        Cache invariant: every entry, keyed by the table's max size and the block, was decoded from an empty
+        dynamic table of that max size and left it empty with the same max size. From that state decoding reads
+        nothing but the bytes (besides the static table and the decoder's limits, which this connection never
+        changes; ``resized`` is only the encoder's), so while the table is in that state a hit is exactly what
+        decoding would give, state transition (none) included. That covers a peer that honours our
+        SETTINGS_HEADER_TABLE_SIZE 0 (grpc-core) and one that never indexes a field and never sends a size
+        update (its table stays empty at 4096, as with our simulated worker's server). Blocks that fail are not
+        stored (the connection dies with them). A peer that indexes fields is just decoded every time.
         """
         decoder = self._decoder
         table = decoder.header_table
-        stateless = decoder.header_table_size == 0 and not table.dynamic_entries
-        if stateless:
-            hit = self._header_cache.get(block)
+        size = decoder.header_table_size
+        empty = not table.dynamic_entries
+        if empty:
+            hit = self._header_cache.get((size, block))
             if hit is not None:
                 self.header_cache_hits += 1
                 return hit
@@ -368,14 +371,14 @@ class H2Connection:
         raw = dict(fields).get(":status", "")
         decoded = (fields, int(raw) if raw.isascii() and raw.isdigit() else 0)  # isdigit alone passes "²"
         if (
-            stateless
-            and decoder.header_table_size == 0
+            empty
+            and decoder.header_table_size == size
             and not table.dynamic_entries
             and len(block) <= HEADER_CACHE_MAX_BLOCK
         ):
             if len(self._header_cache) >= HEADER_CACHE_ENTRIES:
                 self._header_cache.clear()
-            self._header_cache[block] = decoded
+            self._header_cache[(size, block)] = decoded
         return decoded
 
     def _final_status(self, stream: Stream, trailers: tuple[tuple[str, str], ...] | None) -> GrpcStatus:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -46,6 +47,26 @@ class WorkerRequest:
     deadlines: Deadlines | None = None
     # Sent as call metadata: W3C traceparent/tracestate of the span this call belongs to (empty: not traced).
     trace_headers: tuple[tuple[str, str], ...] = ()
+    # Takes the stream's messages as they arrive, in the connection's receive callback, instead of the reader
+    # (``Push``); None, or a client that cannot push: every message goes to the reader.
+    push: Push | None = None
+
+
+class Pushed(enum.IntEnum):
+    """What a ``Push`` did with the messages it was handed."""
+
+    DECLINED = 0  # nothing: they go to the stream's reader as usual
+    TAKEN = 1  # consumed: the reader never sees them and is not woken
+    TAKEN_WAKE = 2  # consumed, and the reader must look at its state now: it is handed an empty batch
+
+
+#: The push path of a Generate stream (node/pipeline/dispatch.py builds it): called with the messages that
+#: arrived together, in order, synchronously in the worker connection's receive callback, without a task
+#: wake-up or a generator step per message. Invariants: it declines (changing nothing) whatever needs more
+#: than synchronous work (a finish, a contract fault, a client that is behind), so such messages reach the
+#: reader as if there were no push, and it never raises. Order holds: messages it declined and the reader
+#: has not taken yet are handed to it again, ahead of the next ones.
+Push = Callable[[Sequence["WorkerOutput"]], Pushed]
 
 
 @dataclass(frozen=True, slots=True)

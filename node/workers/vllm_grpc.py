@@ -29,10 +29,10 @@ from node.routing.kv_events import KvEventBatch
 from node.workers.channel_config import ChannelConfig
 from node.workers.client import WorkerRejected, WorkerUnavailable, flattened
 from node.workers.grpc_wire import UNIMPLEMENTED
-from node.workers.h2_generate import CallFailed, H2GenerateChannel
+from node.workers.h2_generate import CallFailed, H2GenerateChannel, RawPush
 from node.workers.kv_convert import EngineLoad, convert_batch, convert_get_loads, convert_load_record
 from node.workers.packed_ids import field_tag, packed_uint32, varint
-from node.workers.types import ModelInfo, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
+from node.workers.types import ModelInfo, Pushed, SamplingParams, TokenLogprobs, WorkerOutput, WorkerRequest
 from node.workers.worker_address import (
     PinnedTarget,
     Resolver,
@@ -428,11 +428,34 @@ class VllmGrpcClient:
         if ep.h2 is not None:
             # The tokenized field after the rest: a parser takes a message's fields in any order.
             body = msg.SerializeToString() if tokenized is None else b"".join((msg.SerializeToString(), *tokenized))
-            calls = ep.h2.call(_GENERATE_PATH, body, metadata=request.trace_headers)
             parse = pb.GenerateResponse.FromString
             merge = request.params.n == 1 and request.params.logprobs is None
+            push = request.push
+            failed: list[Exception] = []  # what the push raised (a bug): raised here, to the reader
+            raw_push: RawPush | None = None
+            if push is not None:
+
+                def raw_push(raw: list[bytes]) -> Pushed:
+                    if failed:
+                        return Pushed.DECLINED
+                    try:
+                        outs = _outputs(raw, parse, merge)
+                    except DecodeError:
+                        return Pushed.DECLINED  # the reader parses it again and fails the call
+                    try:
+                        return push(outs)
+                    except Exception as exc:
+                        failed.append(exc)
+                        return Pushed.TAKEN_WAKE
+
+            calls = ep.h2.call(_GENERATE_PATH, body, metadata=request.trace_headers, push=raw_push)
             try:
                 async for batch in calls:
+                    if not batch:  # the push asked its reader to look: pass the empty batch on
+                        if failed:
+                            raise failed[0]
+                        yield []
+                        continue
                     yield _outputs(batch, parse, merge)
             except CallFailed as exc:
                 raise _call_error(self._url, "Generate", exc) from exc

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.http_writer import StreamWriter
 from aiohttp.web_protocol import RequestHandler
 
-from node.http.sse import DONE, SseStream
+from node.http.sse import DONE, SseResponse, SseStream
 from tests.http.conftest import Cluster, start_cluster
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -68,7 +68,8 @@ async def chunky(llama3_model_dir: Path) -> AsyncIterator[Cluster]:
 
 @pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bytes]]]:
-    """Every body write of every StreamResponse in this process (the node runs in the test's loop)."""
+    """Every body write of every StreamResponse in this process (the node runs in the test's loop), and every
+    write of the push path ("push": frames sent from the worker connection's receive callback)."""
     calls: list[tuple[str, bytes]] = []
     write, write_eof = web.StreamResponse.write, web.StreamResponse.write_eof
 
@@ -81,8 +82,15 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bytes]]]
             calls.append(("eof", bytes(data)))
         await write_eof(self, data)
 
+    write_now = SseResponse.write_now
+
+    def counted_write_now(self: SseResponse, data: bytes) -> None:
+        calls.append(("push", bytes(data)))
+        write_now(self, data)
+
     monkeypatch.setattr(web.StreamResponse, "write", counted_write)
     monkeypatch.setattr(web.StreamResponse, "write_eof", counted_write_eof)
+    monkeypatch.setattr(SseResponse, "write_now", counted_write_now)
     yield calls
 
 
@@ -227,3 +235,56 @@ async def test_the_status_line_and_headers_leave_with_the_first_frames(
     assert b"\r\ncontent-type: text/event-stream\r\n" in sent[0].lower()
     assert b'data: {"id":' in sent[0] and b'"role":"assistant"' in sent[0], "headers went out alone"
     assert raw.endswith(DONE) and len(sent) <= 3 + 1
+
+
+def _text(chunks: list[dict[str, object]], api: str) -> str:
+    pieces = []
+    for c in chunks:
+        choices = c["choices"]
+        assert isinstance(choices, list)
+        if choices:
+            pieces.append((choices[0]["delta"].get("content") or "") if api == "chat" else choices[0]["text"])
+    return "".join(pieces)
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+async def test_a_steady_stream_is_pushed_and_a_stop_string_ends_it_there(
+    slow: Cluster, writes: list[tuple[str, bytes]], api: str
+) -> None:
+    """Tokens that arrive apart (20 ms) go out from the worker connection's receive callback (the push path):
+    the client gets the same bytes, in order, as the non-streamed answer's text; a stop string met there ends
+    the choice at the stop, with "stop", and the worker request is aborted."""
+    common: dict[str, object] = {"model": slow.model, "max_tokens": 24, "ignore_eos": True, "seed": 5}
+    if api == "chat":
+        url, body = "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": "Tell a story."}]}
+    else:
+        url, body = "/v1/completions", {**common, "prompt": "Once upon a time"}
+    url = slow.node.url + url
+    answer = msgspec.json.decode(await _post(url, body))["choices"][0]
+    whole = answer["message"]["content"] if api == "chat" else answer["text"]
+    writes.clear()
+    raw = await _post(url, {**body, "stream": True})
+    assert b"".join(data for _, data in writes) == raw
+    kinds = [kind for kind, _ in writes]
+    assert kinds[0] == "write" and kinds[-1] == "eof"
+    assert kinds.count("push") >= 6, kinds  # the first token went by the handler's loop, with the headers
+    assert _text([msgspec.json.decode(e) for e in _events(raw)[:-1]], api) == whole
+
+    words = whole.split()
+    stop = words[len(words) // 2]
+    cut = whole.index(stop)  # its first occurrence, which is where the stream must end
+    assert cut > 0
+    writes.clear()
+    engine = slow.sims[0].engine
+    aborted = set(engine.aborted_request_ids)
+    raw = await _post(url, {**body, "stream": True, "stop": [stop]})
+    chunks = [msgspec.json.decode(e) for e in _events(raw)[:-1]]
+    assert _text(chunks, api) == whole[:cut]
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert reasons == ["stop"]
+    assert "push" in [kind for kind, _ in writes]
+    for _ in range(500):
+        if set(engine.aborted_request_ids) - aborted:
+            break
+        await asyncio.sleep(0.002)
+    assert set(engine.aborted_request_ids) - aborted, "the worker request was aborted at the stop"

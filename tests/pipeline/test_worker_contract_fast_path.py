@@ -51,3 +51,31 @@ def test_passes_is_check_without_the_verdict(
             return  # the stream is over
         assert [fast.relayed(i) for i in range(n)] == [slow.relayed(i) for i in range(n)]
         assert fast.all_finished == slow.all_finished
+
+
+@given(
+    batches=st.lists(st.lists(messages, min_size=1, max_size=4), max_size=6),
+    max_tokens=st.integers(0, 6),
+    n=st.integers(1, 2),
+)
+def test_passes_chunks_is_all_or_nothing(batches: list[list[WorkerOutput]], max_tokens: int, n: int) -> None:
+    """The push path's check of a batch: it passes exactly when every message is an unfinished chunk that
+    ``passes`` one after the other; when it refuses, the contract is as it was (the reader checks the batch)."""
+    limits = ContractLimits(max_tokens=max_tokens, n=n, prompt_tokens=8, vocab_size=VOCAB, stream=True)
+    batched, single = WorkerContract(limits), WorkerContract(limits)
+    for batch in batches:
+        before = [batched.relayed(i) for i in range(n)]
+        trial = WorkerContract(limits)
+        for i in range(n):  # a copy of ``single``'s state to try the batch on, one message at a time
+            trial._choices[i].ids = single._choices[i].ids
+            trial._choices[i].last_chunk = single._choices[i].last_chunk
+            trial._choices[i].finished = single._choices[i].finished
+        one_by_one = all(m.finish_reason is None and trial.passes(m) for m in batch)
+        assert batched.passes_chunks(batch) == one_by_one
+        if one_by_one:
+            for m in batch:
+                assert single.passes(m)
+        else:
+            assert [batched.relayed(i) for i in range(n)] == before, "a refused batch changed nothing"
+            assert [c.last_chunk for c in batched._choices] == [c.last_chunk for c in single._choices]
+        assert [batched.relayed(i) for i in range(n)] == [single.relayed(i) for i in range(n)]

@@ -278,6 +278,22 @@ def test_repeated_blocks_of_a_peer_without_dynamic_table_come_from_the_cache() -
     assert not decoder.header_table.dynamic_entries
 
 
+def test_repeated_blocks_of_a_peer_that_never_indexes_come_from_the_cache() -> None:
+    """A peer that sends no size update but never indexes a field (our simulated worker's server): the table
+    stays empty at its initial 4096 bytes, so each distinct block is decoded once."""
+    conn = _ready()
+    decoder = conn._decoder = _CountingDecoder()
+    encoder = hpack.Encoder()
+    for i in range(10):
+        headers = encoder.encode([hpack.NeverIndexedHeaderTuple(k, v) for k, v in _RESPONSE_HEADERS])
+        trailers = encoder.encode([hpack.NeverIndexedHeaderTuple(k, v) for k, v in _TRAILERS])
+        stream = _call(conn, headers, trailers, b"m%d" % i)
+        assert stream.status is not None and stream.status.code == 3 and stream.status.message == "bad prompt"
+    assert decoder.calls == 2
+    assert conn.header_cache_hits == 18
+    assert decoder.header_table_size == 4096 and not decoder.header_table.dynamic_entries
+
+
 def test_a_peer_that_keeps_its_dynamic_table_is_decoded_every_time_and_never_cached() -> None:
     conn = _ready()
     decoder = conn._decoder = _CountingDecoder()
