@@ -16,7 +16,7 @@ from node.http.adapter import Route
 from node.http.errors import error_object, read_json
 from node.http.middleware import context_of
 from node.http.openai_types import CompletionRequest
-from node.http.sse import ChunkFrames, SseStream, frame, open_stream
+from node.http.sse import ChunkFrames, SseSink, SseStream, frame, open_stream
 from node.pipeline.events import ContentDelta, Event, Finish, Usage
 from node.pipeline.request import GenerateRequest, TextPrompt, TokenPrompt
 from node.pipeline.run import Run
@@ -211,28 +211,13 @@ class _CompletionView:
         )
 
 
-class _CompletionSink:
-    """One stream's rendering state: the handler's loop renders what it reads (``render``), and the push
-    path hands it the tokens that need no waiting (``take``: rendered and sent at once), in order."""
-
-    __slots__ = ("_frames", "_view", "open_choices", "out", "usage")
+class _CompletionSink(SseSink):
+    __slots__ = ("_frames", "_view")
 
     def __init__(self, view: _CompletionView, frames: ChunkFrames, usage: Usage) -> None:
+        super().__init__(view._count, usage)
         self._view = view
         self._frames = frames
-        self.out: SseStream | None = None  # once the response is open
-        self.open_choices = view._count
-        self.usage = usage
-
-    def ready(self) -> bool:
-        out = self.out
-        return out is not None and self.open_choices > 0 and out.ready()
-
-    def take(self, events: list[Event]) -> None:
-        self.render(events)
-        if self.open_choices:
-            self.out.send_now()  # type: ignore[union-attr]  # ready(): open
-        # else the last choice ended: its frames leave with the closing write, as in the handler's loop
 
     def render(self, batch: list[Event]) -> None:
         out = self.out

@@ -13,6 +13,8 @@ import msgspec
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 
+from node.pipeline.events import Event, Usage
+
 _ENCODE = msgspec.json.Encoder().encode
 
 DONE = b"data: [DONE]\n\n"
@@ -89,6 +91,32 @@ class SseStream:
         data = b"".join(pending)
         pending.clear()
         await self._resp.write_eof(data)
+
+
+class SseSink:
+    """One stream's rendering state, an ``EventSink`` (node/pipeline/events.py): the handler's loop renders
+    what it reads (``render``, the adapter's), and the push path hands it the tokens that need no waiting
+    (``take``: rendered and sent at once), in order. ``out`` is set once the response is open."""
+
+    __slots__ = ("open_choices", "out", "usage")
+
+    def __init__(self, choices: int, usage: Usage) -> None:
+        self.out: SseStream | None = None
+        self.open_choices = choices
+        self.usage = usage
+
+    def ready(self) -> bool:
+        out = self.out
+        return out is not None and self.open_choices > 0 and out.ready()
+
+    def take(self, events: list[Event]) -> None:
+        self.render(events)
+        if self.open_choices:
+            self.out.send_now()  # type: ignore[union-attr]  # ready(): open
+        # else the last choice ended: its frames leave with the closing write, as in the handler's loop
+
+    def render(self, batch: list[Event]) -> None:
+        raise NotImplementedError
 
 
 class SseResponse(web.StreamResponse):
