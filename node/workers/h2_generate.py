@@ -15,8 +15,8 @@ are ``CallFailed`` with a gRPC status; the caller maps them to its own errors.
 
 A call may also be read by push (``call(push=...)``): the messages go to a callback in ``data_received``, as
 they are parsed, and the reader is woken only for what the callback declined or when it asks. A streamed
-token then costs no future, no task step and no generator resumption through the layers above (~5 µs of
-~26 per token at one user, bench/RESULTS.md).
+token then costs no future, no task step and no generator resumption through the layers above (~4 µs per
+token in a micro-benchmark of that chain; bench/RESULTS.md, 2026-12-08).
 """
 
 from __future__ import annotations
